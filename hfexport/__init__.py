@@ -1,0 +1,3 @@
+"""hfexport: an export gate for transformers modeling code (torch.export, ONNX, ExecuTorch)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,49 @@
+"""hfexport's staged exporters: torch.export ("dynamo"), ONNX and ExecuTorch.
+
+Importing this package loads neither onnx nor executorch; each backend imports its heavy dependencies on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .auto import AutoExportConfig, AutoHfExporter, available_formats, register_backend
+from .base import ExportConfigMixin, ExportedModel, HfExporter, ModelRunner
+from .utils import (
+    ExportStageError,
+    register_fx_node_fix,
+    register_fx_program_fix,
+    register_patch,
+)
+
+_LAZY = {
+    "DynamoConfig": "hfexport.exporters.exporter_dynamo",
+    "DynamoExporter": "hfexport.exporters.exporter_dynamo",
+    "OnnxConfig": "hfexport.exporters.exporter_onnx",
+    "OnnxExporter": "hfexport.exporters.exporter_onnx",
+    "ExecutorchConfig": "hfexport.exporters.exporter_executorch",
+    "ExecutorchExporter": "hfexport.exporters.exporter_executorch",
+}
+
+__all__ = [
+    "AutoExportConfig",
+    "AutoHfExporter",
+    "ExportConfigMixin",
+    "ExportStageError",
+    "ExportedModel",
+    "HfExporter",
+    "ModelRunner",
+    "available_formats",
+    "register_backend",
+    "register_fx_node_fix",
+    "register_fx_program_fix",
+    "register_patch",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

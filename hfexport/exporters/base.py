@@ -1,0 +1,288 @@
+"""Base classes every backend builds on: the config mixin, ``HfExporter``, ``ModelRunner`` and ``ExportedModel``."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .utils import package_versions
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
+EXPORT_SCHEMA_VERSION = 1
+MANIFEST_NAME = "export.json"
+MODEL_CONFIG_NAME = "config.json"
+SINGLE_COMPONENT = "model"
+
+
+@dataclasses.dataclass
+class ExportConfigMixin:
+    """Options shared by every backend. Subclasses are dataclasses that add their own fields."""
+
+    export_format: str = ""
+    dynamic: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ExportConfigMixin:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {', '.join(unknown)} for {cls.__name__}; valid: {', '.join(sorted(known))}"
+            )
+        return cls(**values)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return repr(value)
+
+
+class HfExporter:
+    """A backend: traces one graph per component and writes/reads its programs."""
+
+    export_format: ClassVar[str] = ""
+    config_class: ClassVar[type[ExportConfigMixin]] = ExportConfigMixin
+    program_suffix: ClassVar[str] = ""
+    # Distributions whose versions are recorded in export.json besides torch and transformers.
+    recorded_packages: ClassVar[tuple[str, ...]] = ()
+
+    def export_program(
+        self, model: PreTrainedModel, sample_inputs: dict[str, Any], config: ExportConfigMixin
+    ) -> tuple[Any, dict[str, Any]]:
+        """Trace ``model`` on ``sample_inputs``; return the backend program and the metadata recorded while tracing."""
+        raise NotImplementedError
+
+    @classmethod
+    def save_program(cls, program: Any, path: Path) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def load_program(cls, path: Path) -> Any:
+        raise NotImplementedError
+
+    def _config_or_default(self, config: ExportConfigMixin | None) -> ExportConfigMixin:
+        config = config if config is not None else self.config_class()
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
+        return config
+
+    def export(
+        self, model: PreTrainedModel, sample_inputs: dict[str, Any], config: ExportConfigMixin | None = None
+    ) -> ExportedModel:
+        """Export ``model`` as one program and wrap it in an :class:`ExportedModel`."""
+        config = self._config_or_default(config)
+        program, metadata = self.export_program(model, sample_inputs, config)
+        return self._exported_model({SINGLE_COMPONENT: (program, metadata)}, model, config)
+
+    def export_for_generation(
+        self, model: PreTrainedModel, sample_inputs: dict[str, Any], config: ExportConfigMixin | None = None, **kwargs
+    ) -> ExportedModel:
+        """Export what greedy generation needs (prefill and decode with a KV cache)."""
+        from .generation import export_generation_components
+
+        config = self._config_or_default(config)
+        components, generation = export_generation_components(self, model, sample_inputs, config, **kwargs)
+        return self._exported_model(components, model, config, generation=generation)
+
+    def _exported_model(
+        self,
+        components: dict[str, tuple[Any, dict[str, Any]]],
+        model: PreTrainedModel,
+        config: ExportConfigMixin,
+        generation: dict[str, Any] | None = None,
+    ) -> ExportedModel:
+        model_class = type(model)
+        manifest = {
+            "schema_version": EXPORT_SCHEMA_VERSION,
+            "export_format": self.export_format,
+            "export_config": config.to_dict(),
+            "model_class": f"{model_class.__module__}.{model_class.__qualname__}",
+            "components": {name: metadata for name, (_, metadata) in components.items()},
+            "versions": package_versions(*self.recorded_packages),
+        }
+        if generation is not None:
+            manifest["generation"] = generation
+        programs = {name: program for name, (program, _) in components.items()}
+        return ExportedModel(programs, manifest, model.config.to_dict())
+
+
+class ModelRunner:
+    """Runs an :class:`ExportedModel` on its runtime; returns outputs in the model's own output structure.
+
+    Every runner feeds and rebuilds through the pytree specs recorded at export time, so a runtime that only sees
+    flat tensors still returns the model's ``ModelOutput`` (caches included).
+    """
+
+    def __init__(self, exported: ExportedModel):
+        from .exporter_dynamo import ensure_pytree_types
+
+        self.exported = exported
+        for component in exported.components.values():
+            ensure_pytree_types(component.get("pytree_types", []))
+
+    def run(self, component: str, inputs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def flatten_inputs(self, component: str, inputs: dict[str, Any]) -> list[Any]:
+        """The flat input list in traced order; a missing or unexpected input name is a clear error."""
+        import torch.utils._pytree as pytree
+
+        in_spec = self._spec(component, "in_spec")
+        expected = list(in_spec.child(1).context)
+        if set(inputs) != set(expected):
+            raise ValueError(
+                f"{component}: expected inputs {expected}, got {sorted(inputs)} "
+                f"(missing: {sorted(set(expected) - set(inputs))}, unexpected: {sorted(set(inputs) - set(expected))})"
+            )
+        flat, spec = pytree.tree_flatten(((), {name: inputs[name] for name in expected}))
+        if spec != in_spec:
+            raise ValueError(f"{component}: inputs are not structured as at export time: {spec} != {in_spec}")
+        return flat
+
+    def rebuild_outputs(self, component: str, flat_outputs: list[Any]) -> Any:
+        import torch.utils._pytree as pytree
+
+        return pytree.tree_unflatten(list(flat_outputs), self._spec(component, "out_spec"))
+
+    @functools.cache  # noqa: B019 - one runner per ExportedModel; specs are parsed once
+    def _spec(self, component: str, key: str) -> Any:
+        import torch.utils._pytree as pytree
+
+        return pytree.treespec_loads(self.exported.components[component][key])
+
+    def __call__(self, **inputs: Any) -> Any:
+        return self.run(SINGLE_COMPONENT, inputs)
+
+
+class ExportedModel:
+    """Programs plus the manifest needed to feed them and rebuild their outputs; calling it runs it."""
+
+    def __init__(self, programs: dict[str, Any], manifest: dict[str, Any], model_config: dict[str, Any] | None = None):
+        self.programs = programs
+        self.manifest = manifest
+        self.model_config = model_config or {}
+
+    @property
+    def export_format(self) -> str:
+        return self.manifest["export_format"]
+
+    @property
+    def components(self) -> dict[str, dict[str, Any]]:
+        return self.manifest["components"]
+
+    @functools.cached_property
+    def runner(self) -> ModelRunner:
+        from .auto import get_runner_class
+
+        return get_runner_class(self.export_format)(self)
+
+    def __call__(self, **inputs: Any) -> Any:
+        return self.runner(**inputs)
+
+    def run(self, component: str, **inputs: Any) -> Any:
+        return self.runner.run(component, inputs)
+
+    def generate(self, input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """Greedy generation on the exported prefill/decode programs (see ``export_for_generation``)."""
+        from .generation import generate
+
+        return generate(self, input_ids, **kwargs)
+
+    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
+        """Write the programs, ``export.json`` and ``config.json`` atomically: a half-written export never appears."""
+        from .auto import get_exporter_class
+
+        exporter_class = get_exporter_class(self.export_format)
+        target = Path(save_directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            for name, program in self.programs.items():
+                exporter_class.save_program(program, staging / f"{name}{exporter_class.program_suffix}")
+            manifest = dict(self.manifest, files=sorted(p.name for p in staging.iterdir()))
+            for name, component in manifest["components"].items():
+                component["file"] = f"{name}{exporter_class.program_suffix}"
+            (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            (staging / MODEL_CONFIG_NAME).write_text(json.dumps(self.model_config, indent=2, sort_keys=True))
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self.manifest = manifest
+        return target
+
+    @classmethod
+    def from_pretrained(
+        cls, path_or_repo_id: str | os.PathLike, revision: str | None = None, token: str | None = None
+    ) -> ExportedModel:
+        """Load a saved export from a local directory or a Hub repository (only the files its manifest names)."""
+        from .auto import get_exporter_class
+
+        directory = Path(path_or_repo_id)
+        if not directory.is_dir():
+            directory = _download_export(str(path_or_repo_id), revision, token)
+        manifest_path = directory / MANIFEST_NAME
+        if not manifest_path.is_file():
+            raise FileNotFoundError(f"{directory} has no {MANIFEST_NAME}: not a saved export")
+        manifest = json.loads(manifest_path.read_text())
+        version = manifest.get("schema_version")
+        if version != EXPORT_SCHEMA_VERSION:
+            raise ValueError(f"{manifest_path}: schema version {version}, this hfexport reads {EXPORT_SCHEMA_VERSION}")
+        exporter_class = get_exporter_class(manifest["export_format"])
+        from .exporter_dynamo import ensure_pytree_types
+
+        for component in manifest["components"].values():
+            ensure_pytree_types(component.get("pytree_types", []))
+        programs = {
+            name: exporter_class.load_program(directory / component["file"])
+            for name, component in manifest["components"].items()
+        }
+        config_path = directory / MODEL_CONFIG_NAME
+        model_config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        return cls(programs, manifest, model_config)
+
+    def push_to_hub(
+        self, repo_id: str, token: str | None = None, private: bool | None = None, commit_message: str | None = None
+    ) -> str:
+        """Save into a temporary directory and upload it as one commit; returns the commit URL."""
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            folder = self.save_pretrained(Path(scratch) / "export")
+            info = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                commit_message=commit_message or f"Upload {self.export_format} export",
+            )
+        return str(info)
+
+
+def _download_export(repo_id: str, revision: str | None, token: str | None) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    manifest_file = hf_hub_download(repo_id, MANIFEST_NAME, revision=revision, token=token)
+    manifest = json.loads(Path(manifest_file).read_text())
+    for name in [*manifest.get("files", ()), MODEL_CONFIG_NAME]:
+        hf_hub_download(repo_id, name, revision=revision, token=token)
+    return Path(manifest_file).parent

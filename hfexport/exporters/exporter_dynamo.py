@@ -1,0 +1,360 @@
+"""``DynamoExporter``: torch.export of a transformers model, the base every other backend converts from.
+
+``DynamoExporter.export_program`` runs five stages, each marked below by a ``# ── Stage N: … ──`` banner.
+Model patches that make a model traceable for every backend live here; backend-specific ones live in that
+backend's exporter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim, ExportedProgram
+
+from .base import ExportConfigMixin, HfExporter
+from .utils import PatchReport, apply_patches, export_stage, register_patch
+
+# ── Stage 1: Forward-signature patch ──
+# torch.export binds inputs against ``inspect.signature(model.forward)``; a forward taking ``**kwargs`` would
+# bundle every sample input into one var-keyword tuple. Internal, not an extension point.
+
+
+@contextlib.contextmanager
+def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> Iterator[None]:
+    """Give ``model.forward`` an explicit keyword signature made of exactly ``input_names`` while tracing."""
+    bound_forward = model.forward
+
+    def forward(**kwargs: Any) -> Any:
+        return bound_forward(**kwargs)
+
+    forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in input_names]
+    )
+    model.forward = forward
+    try:
+        yield
+    finally:
+        del model.forward
+
+
+# ── Stage 2: Model patches ──
+# Swap model methods torch.export cannot trace for export-safe equivalents, for the duration of one export.
+# Extend with ``@register_patch("dynamo", "transformers.models.<name>.modeling_<name>.<Class>.<method>")``.
+
+
+@register_patch("dynamo", "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier")
+def _patch_classifier_cast(_original):
+    # NllbMoeTop2Router casts its classifier weights to another dtype in forward, which torch.export cannot trace.
+    return lambda self, *args, **kwargs: None
+
+
+# ── Stage 3: Pytree registration ──
+# torch.export flattens inputs and outputs with pytree: every ``Cache`` and ``ModelOutput`` type must be
+# registered. Caches are walked attribute by attribute: tensors become leaves, everything else the context.
+# A type the attribute walk cannot reach gets a branch in ``_flatten_to_context`` / ``_unflatten_from_context``.
+
+_TENSOR = "__tensor__"
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _class_from_path(path: str) -> type:
+    module_name, _, qualname = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), qualname)
+
+
+def _is_walkable_object(value: Any) -> bool:
+    from transformers.cache_utils import Cache, CacheLayerMixin
+
+    return isinstance(value, (Cache, CacheLayerMixin))
+
+
+def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
+    """Append the tensors of ``value`` to ``leaves``; return a JSON-able context that rebuilds everything else."""
+    if isinstance(value, torch.Tensor):
+        leaves.append(value)
+        return _TENSOR
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        # A symbolic scalar left on a cache layer (e.g. a sliding window's cumulative length) has no tensor slot.
+        return {"symbolic": str(value)}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, (list, tuple)):
+        return {"list" if isinstance(value, list) else "tuple": [_flatten_to_context(v, leaves) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": {str(k): _flatten_to_context(v, leaves) for k, v in value.items()}}
+    if _is_walkable_object(value):
+        attributes = {name: _flatten_to_context(v, leaves) for name, v in vars(value).items()}
+        return {"object": _class_path(type(value)), "attributes": attributes}
+    raise TypeError(
+        f"cannot flatten {type(value).__name__} inside a cache: add a branch to _flatten_to_context"
+    )
+
+
+def _unflatten_from_context(context: Any, leaves: Iterator[Any]) -> Any:
+    if context == _TENSOR:
+        return next(leaves)
+    if not isinstance(context, dict):
+        return context
+    if "dtype" in context:
+        return getattr(torch, context["dtype"])
+    if "device" in context:
+        return torch.device(context["device"])
+    if "symbolic" in context:
+        return None
+    if "list" in context or "tuple" in context:
+        items = [_unflatten_from_context(c, leaves) for c in context.get("list", context.get("tuple"))]
+        return items if "list" in context else tuple(items)
+    if "dict" in context:
+        return {k: _unflatten_from_context(c, leaves) for k, c in context["dict"].items()}
+    instance = object.__new__(_class_from_path(context["object"]))
+    for name, attribute_context in context["attributes"].items():
+        setattr(instance, name, _unflatten_from_context(attribute_context, leaves))
+    return instance
+
+
+def _leaf_paths(context: Any, prefix: str = "") -> list[str]:
+    """Readable dotted names of the leaves a context describes: ``layers.0.keys`` reads as ``0.key``."""
+    if context == _TENSOR:
+        return [prefix]
+    if not isinstance(context, dict):
+        return []
+    join = (lambda name: f"{prefix}.{name}") if prefix else (lambda name: str(name))
+    if "list" in context or "tuple" in context:
+        items = context.get("list", context.get("tuple"))
+        return [p for i, c in enumerate(items) for p in _leaf_paths(c, join(i))]
+    if "dict" in context:
+        return [p for k, c in context["dict"].items() for p in _leaf_paths(c, join(k))]
+    if "attributes" in context:
+        paths = []
+        for name, attribute_context in context["attributes"].items():
+            if name == "layers":
+                paths += _leaf_paths(attribute_context, prefix)
+            else:
+                paths += _leaf_paths(attribute_context, join({"keys": "key", "values": "value"}.get(name, name)))
+        return paths
+    return []
+
+
+def _cache_flatten(cache: Any) -> tuple[list[torch.Tensor], Any]:
+    leaves: list[torch.Tensor] = []
+    context = _flatten_to_context(vars(cache), leaves)
+    return leaves, context
+
+
+def _cache_unflatten(values: Any, context: Any, cls: type) -> Any:
+    instance = object.__new__(cls)
+    for name, value in _unflatten_from_context(context, iter(values)).items():
+        setattr(instance, name, value)
+    return instance
+
+
+def _cache_flatten_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
+    leaves, context = _cache_flatten(cache)
+    names = _leaf_paths({"attributes": context["dict"]})
+    return [(pytree.GetAttrKey(name), leaf) for name, leaf in zip(names, leaves, strict=True)], context
+
+
+def register_pytree_type(cls: type) -> None:
+    """Register one cache type with pytree (idempotent); its context serializes as JSON for saved programs."""
+    if cls in pytree.SUPPORTED_NODES:
+        return
+    pytree.register_pytree_node(
+        cls,
+        _cache_flatten,
+        lambda values, context: _cache_unflatten(values, context, cls),
+        serialized_type_name=_class_path(cls),
+        to_dumpable_context=lambda context: context,
+        from_dumpable_context=lambda dumped: dumped,
+        flatten_with_keys_fn=_cache_flatten_with_keys,
+    )
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    for subclass in cls.__subclasses__():
+        yield subclass
+        yield from _subclasses(subclass)
+
+
+def register_cache_types() -> list[str]:
+    """Register every ``Cache`` subclass loaded so far (model-specific ones too, once their module is imported)."""
+    from transformers.cache_utils import Cache
+
+    classes = [Cache, *_subclasses(Cache)]
+    for cls in classes:
+        register_pytree_type(cls)
+    return [_class_path(cls) for cls in classes]
+
+
+def ensure_pytree_types(type_paths: list[str]) -> None:
+    """Before loading a saved program: import and register every type its input/output specs name."""
+    from transformers.cache_utils import Cache
+    from transformers.utils.generic import ModelOutput
+
+    for path in type_paths:
+        cls = _class_from_path(path)
+        if issubclass(cls, Cache):
+            register_pytree_type(cls)
+        elif issubclass(cls, ModelOutput):
+            cls()  # ModelOutput registers its subclasses with pytree when first instantiated
+
+
+def _spec_types(spec: pytree.TreeSpec) -> set[str]:
+    found = set()
+    if spec.type not in (None, list, tuple, dict) and spec.type in pytree.SUPPORTED_NODES:
+        found.add(_class_path(spec.type))
+    for child in spec.children():
+        found |= _spec_types(child)
+    return found
+
+
+def leaf_names(spec: pytree.TreeSpec) -> list[str]:
+    """A readable name per leaf of a spec: ``input_ids``, ``logits``, ``past_key_values.0.key``."""
+    # Tensors as placeholders: the cache walk only turns tensors into leaves.
+    placeholder = pytree.tree_unflatten([torch.empty(0) for _ in range(spec.num_leaves)], spec)
+    names = []
+    for path, _ in pytree.tree_flatten_with_path(placeholder)[0]:
+        parts = []
+        for entry in path:
+            if isinstance(entry, pytree.MappingKey):
+                parts.append(str(entry.key))
+            elif isinstance(entry, pytree.SequenceKey):
+                parts.append(str(entry.idx))
+            elif isinstance(entry, pytree.GetAttrKey):
+                parts.append(entry.name)
+            else:
+                parts.append(str(entry).strip(".[]"))
+        names.append(".".join(parts))
+    return names
+
+
+# ── Stage 4: Dynamic shapes ──
+# With ``dynamic=True`` every dimension of every tensor input, cache leaves included, gets ``Dim.AUTO``:
+# torch.export keeps what can vary dynamic and specializes the rest. ``DynamoConfig.dynamic_shapes`` overrides it.
+
+
+def auto_dynamic_shapes(sample_inputs: dict[str, Any]) -> dict[str, Any]:
+    """``Dim.AUTO`` on every dimension; a pytree-registered object (a cache) gets a list per flattened leaf."""
+
+    def for_value(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return dict.fromkeys(range(value.dim()), Dim.AUTO)
+        if isinstance(value, (list, tuple)):
+            return type(value)(for_value(v) for v in value)
+        if isinstance(value, dict):
+            return {k: for_value(v) for k, v in value.items()}
+        if type(value) in pytree.SUPPORTED_NODES:
+            return [for_value(leaf) for leaf in pytree.tree_leaves(value)]
+        return None
+
+    return {name: for_value(value) for name, value in sample_inputs.items()}
+
+
+# ── Stage 5: State cleanup ──
+# Some models store tensors on a submodule inside ``forward``; after tracing those are fake tensors that would
+# poison the next eager call. Each listed attribute is saved, cleared for the trace and restored afterwards.
+# Extend by adding the attribute name to ``_STATEFUL_CACHE_ATTRS``.
+
+_STATEFUL_CACHE_ATTRS = (
+    "cached_rotary_positional_embedding",  # wav2vec2_bert, seamless_m4t: rotary table cached on first forward
+    "cached_sequence_length",  # same models: the length that table was built for
+)
+
+
+@contextlib.contextmanager
+def stateful_attributes_cleared(model: torch.nn.Module) -> Iterator[None]:
+    saved = [
+        (module, name, getattr(module, name))
+        for module in model.modules()
+        for name in _STATEFUL_CACHE_ATTRS
+        if name in vars(module)
+    ]
+    for module, name, _ in saved:
+        setattr(module, name, None)
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+@dataclasses.dataclass
+class DynamoConfig(ExportConfigMixin):
+    """torch.export options. ``dynamic_shapes`` (torch.export's own structure) overrides ``dynamic``."""
+
+    export_format: str = "dynamo"
+    dynamic: bool = False
+    dynamic_shapes: Any = None
+    strict: bool = False
+
+
+class DynamoExporter(HfExporter):
+    export_format = "dynamo"
+    config_class = DynamoConfig
+    program_suffix = ".pt2"
+
+    def export_program(
+        self, model: torch.nn.Module, sample_inputs: dict[str, Any], config: DynamoConfig
+    ) -> tuple[ExportedProgram, dict[str, Any]]:
+        """Run the five stages and return the ``ExportedProgram`` with what was recorded while tracing."""
+        patches = PatchReport()
+        started = time.perf_counter()
+        with (
+            flat_forward_signature(model, list(sample_inputs)),
+            export_stage("dynamo", 2, "model patches"),
+            apply_patches("dynamo", patches),
+            apply_patches(self.export_format, patches),
+        ):
+            cache_types = register_cache_types()
+            dynamic_shapes = config.dynamic_shapes
+            if dynamic_shapes is None and config.dynamic:
+                dynamic_shapes = auto_dynamic_shapes(sample_inputs)
+            with stateful_attributes_cleared(model), torch.no_grad():
+                program = torch.export.export(
+                    model, (), kwargs=dict(sample_inputs), dynamic_shapes=dynamic_shapes, strict=config.strict
+                )
+        metadata = program_metadata(program, sample_inputs)
+        metadata["cache_types_registered"] = len(cache_types)
+        metadata["workarounds"] = {"patches": patches.installed, "unresolved": patches.unresolved, "fixes": []}
+        metadata["timings"] = {"torch.export": round(time.perf_counter() - started, 3)}
+        return program, metadata
+
+    @classmethod
+    def save_program(cls, program: ExportedProgram, path: Path) -> None:
+        torch.export.save(program, path)
+
+    @classmethod
+    def load_program(cls, path: Path) -> ExportedProgram:
+        return torch.export.load(path)
+
+
+def program_metadata(program: ExportedProgram, sample_inputs: dict[str, Any]) -> dict[str, Any]:
+    """Input/output names, specs and shapes of a traced program: what every runner needs to feed and rebuild it."""
+    in_spec, out_spec = program.call_spec.in_spec, program.call_spec.out_spec
+    flat_inputs = pytree.tree_leaves(((), dict(sample_inputs)))
+    return {
+        "input_names": leaf_names(in_spec.child(1)),  # in_spec is ((), kwargs)
+        "output_names": leaf_names(out_spec),
+        "in_spec": pytree.treespec_dumps(in_spec),
+        "out_spec": pytree.treespec_dumps(out_spec),
+        "pytree_types": sorted(_spec_types(in_spec) | _spec_types(out_spec)),
+        "input_shapes": [list(t.shape) if isinstance(t, torch.Tensor) else None for t in flat_inputs],
+        "input_dtypes": [
+            str(t.dtype).removeprefix("torch.") if isinstance(t, torch.Tensor) else None for t in flat_inputs
+        ],
+    }

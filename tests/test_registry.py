@@ -1,0 +1,245 @@
+"""Registry semantics: patches live for one export only, fixes run in order, bad paths are reported."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+
+import pytest
+import torch
+
+from hfexport.exporters import utils
+from hfexport.exporters.utils import (
+    apply_node_fixes,
+    apply_patches,
+    apply_program_fixes,
+    register_fx_node_fix,
+    register_fx_program_fix,
+    register_patch,
+    unresolved_targets,
+)
+
+
+@pytest.fixture
+def isolated_registries(monkeypatch):
+    """Give each test empty registries so test workarounds never leak into real exports."""
+    from hfexport.exporters.auto import import_backend_modules
+
+    import_backend_modules()  # real backends register into the real registries first, never into these
+    for name in ("_PATCHES", "_NODE_FIXES", "_PROGRAM_FIXES"):
+        monkeypatch.setattr(utils, name, type(getattr(utils, name))(list))
+    return utils
+
+
+@pytest.fixture
+def target_module(monkeypatch):
+    """A real importable module with a plain class to patch."""
+
+    class Base:
+        def greet(self):
+            return "base"
+
+    class Target(Base):
+        factor = 2
+
+        def method(self, x):
+            return x + 1
+
+        @classmethod
+        def build(cls, x):
+            return (cls.__name__, x)
+
+        @staticmethod
+        def helper(x):
+            return x * 10
+
+        @property
+        def size(self):
+            return 3
+
+    module = types.ModuleType("hfexport_registry_target")
+    module.Target = Target
+    module.function = lambda x: x - 1
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module
+
+
+def test_patch_applied_during_and_restored_after_success(isolated_registries, target_module):
+    @register_patch("test", "hfexport_registry_target.Target.method")
+    def _patch_method(original):
+        return lambda self, x: original(self, x) * 100
+
+    original = target_module.Target.method
+    with apply_patches("test") as report:
+        assert target_module.Target().method(1) == 200
+    assert target_module.Target.method is original
+    assert target_module.Target().method(1) == 2
+    assert report.installed == ["_patch_method -> hfexport_registry_target.Target.method"]
+
+
+def test_patch_restored_after_failing_export(isolated_registries, target_module):
+    @register_patch("test", "hfexport_registry_target.function")
+    def _patch_function(original):
+        return lambda x: "patched"
+
+    original = target_module.function
+    with pytest.raises(RuntimeError, match="export failed"), apply_patches("test"):
+        assert target_module.function(1) == "patched"
+        raise RuntimeError("export failed")
+    assert target_module.function is original
+
+
+def test_multi_path_factory_patches_every_path(isolated_registries, target_module):
+    seen = []
+
+    @register_patch("test", "hfexport_registry_target.function", "hfexport_registry_target.Target.helper")
+    def _patch_both(original):
+        seen.append(original)
+        return lambda *args: "patched"
+
+    with apply_patches("test"):
+        assert target_module.function(1) == "patched"
+        assert target_module.Target.helper(1) == "patched"
+        assert target_module.Target().helper(1) == "patched"  # still a staticmethod
+    assert target_module.function(1) == 0
+    assert target_module.Target.helper(1) == 10
+    assert len(seen) == 2
+
+
+def test_classmethod_property_and_inherited_method(isolated_registries, target_module):
+    @register_patch("test", "hfexport_registry_target.Target.build")
+    def _patch_build(original):
+        return lambda cls, x: ("patched", original(cls, x))
+
+    @register_patch("test", "hfexport_registry_target.Target.size")
+    def _patch_size(original):
+        return lambda self: original.fget(self) + 1
+
+    @register_patch("test", "hfexport_registry_target.Target.greet")
+    def _patch_greet(original):
+        return lambda self: "patched " + original(self)
+
+    with apply_patches("test"):
+        assert target_module.Target.build(1) == ("patched", ("Target", 1))
+        assert target_module.Target().size == 4
+        assert target_module.Target().greet() == "patched base"
+    assert target_module.Target.build(1) == ("Target", 1)
+    assert target_module.Target().size == 3
+    # An inherited method is removed again from the subclass, not copied onto it.
+    assert "greet" not in vars(target_module.Target)
+    assert target_module.Target().greet() == "base"
+
+
+def test_torch_op_patch_gets_the_original_and_can_call_it(isolated_registries):
+    @register_patch("test", "torch.where", "torch.Tensor.view")
+    def _patch_ops(original):
+        def replacement(*args, **kwargs):
+            replacement.calls += 1
+            return original(*args, **kwargs)
+
+        replacement.calls = 0
+        return replacement
+
+    condition = torch.tensor([True, False])
+    with apply_patches("test"):
+        assert torch.where(condition, 1.0, 2.0).tolist() == [1.0, 2.0]
+        assert torch.arange(4).view(2, 2).shape == (2, 2)
+        assert torch.where.calls == 1
+        assert torch.Tensor.view.calls == 1
+    assert not hasattr(torch.where, "calls")
+    assert "view" not in vars(torch.Tensor)
+
+
+def test_nested_exports_install_once_and_restore(isolated_registries, target_module):
+    @register_patch("test", "hfexport_registry_target.function")
+    def _patch_function(original):
+        return lambda x: original(x) * 10
+
+    original = target_module.function
+    with apply_patches("test"):
+        with apply_patches("test"):
+            assert target_module.function(3) == 20  # not wrapped twice
+        assert target_module.function(3) == 20  # inner exit keeps the outer installation
+    assert target_module.function is original
+
+
+def test_unresolvable_path_is_reported_not_fatal(isolated_registries, target_module, caplog):
+    @register_patch("test", "hfexport_registry_target.Target.does_not_exist", "hfexport_registry_target.function")
+    def _patch_typo(original):
+        return lambda *args: "patched"
+
+    with caplog.at_level(logging.WARNING, logger="hfexport"), apply_patches("test") as report:
+        assert target_module.function(1) == "patched"
+    assert report.unresolved == ["hfexport_registry_target.Target.does_not_exist"]
+    assert "does_not_exist" in caplog.text
+    missing = unresolved_targets("test")
+    assert [w.name for w, _ in missing] == ["_patch_typo"]
+
+
+def _small_graph_module():
+    class Small(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + 1
+
+    return torch.export.export(Small(), (torch.randn(2, 3),)).graph_module
+
+
+def test_node_fixes_run_in_registration_order_and_report_changes(isolated_registries):
+    calls = []
+
+    @register_fx_node_fix("test")
+    def _fix_first(graph_module, node):
+        calls.append(("first", node.name))
+        return False
+
+    @register_fx_node_fix("test")
+    def _fix_relu_to_sigmoid(graph_module, node):
+        calls.append(("second", node.name))
+        if node.op == "call_function" and node.target == torch.ops.aten.relu.default:
+            node.target = torch.ops.aten.sigmoid.default
+            return True
+        return False
+
+    graph_module = _small_graph_module()
+    applied = apply_node_fixes("test", graph_module)
+    assert applied == ["_fix_relu_to_sigmoid"]
+    # For every node, "first" runs before "second".
+    names = [name for kind, name in calls if kind == "first"]
+    assert calls == [(kind, name) for name in names for kind in ("first", "second")]
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(graph_module(x)[0], torch.sigmoid(x) + 1)
+
+
+def test_program_fixes_run_in_registration_order(isolated_registries):
+    order = []
+
+    @register_fx_program_fix("test")
+    def _fix_a(program):
+        order.append("a")
+        return True
+
+    @register_fx_program_fix("test")
+    def _fix_b(program):
+        order.append("b")
+        return False
+
+    assert apply_program_fixes("test", object()) == ["_fix_a"]
+    assert order == ["a", "b"]
+
+
+def test_registry_cli_lists_and_checks(isolated_registries, target_module):
+    from click.testing import CliRunner
+
+    from hfexport.cli import main
+
+    @register_patch("dynamo", "hfexport_registry_target.Target.gone")
+    def _patch_gone(original):
+        # Stands in for a workaround whose target was renamed upstream.
+        return original
+
+    result = CliRunner().invoke(main, ["registry", "--backend", "dynamo", "--check"])
+    assert result.exit_code == 1
+    assert "_patch_gone" in result.output
+    assert "Stands in for a workaround" in result.output
+    assert "UNRESOLVED dynamo _patch_gone" in result.output
