@@ -62,7 +62,7 @@ def export(model: str, export_format: str, output: Path | None, dynamic: bool, f
 
     source = Path(model)
     try:
-        loaded = load_local_model(source, seed=seed) if source.is_dir() else tiny_model(model, seed=seed)
+        loaded = load_local_model(source) if source.is_dir() else tiny_model(model, seed=seed)
     except (UnknownModelError, FileNotFoundError, ValueError) as error:
         raise UsageFailure(str(error)) from None
     inputs = sample_inputs(loaded, seed=seed)
@@ -101,6 +101,170 @@ def registry(backend: str | None, check: bool) -> None:
         if missing:
             sys.exit(1)
         click.echo("every patch target resolves")
+
+
+@main.command()
+@click.argument("report", type=click.Path(exists=True, path_type=Path))
+@click.option("--repo", help="OWNER/NAME (default: $GITHUB_REPOSITORY).")
+@click.option("--pr", "pr_number", type=int, help="PR number (default: from $GITHUB_EVENT_PATH, else the report's).")
+@click.option("--api-url", help="REST API root, e.g. https://ghe.example.com/api/v3 (default: $GITHUB_API_URL).")
+@click.option("--token", help="Prefer $HFEXPORT_GITHUB_TOKEN, $GITHUB_TOKEN or $GH_TOKEN: options show in `ps`.")
+@click.option("--head-sha", help="Commit the report must be for (default: the triggering event's head).")
+@click.option("--author", help="Login whose comment is the sticky one (default: the token's user).")
+@click.option("--details-url", help="Link for the full report when the comment is cut (default: this run's page).")
+@click.option("--retries", default=5, show_default=True, help="Attempts on 5xx and secondary rate limits.")
+@click.option("--backoff", default=2.0, show_default=True, help="First retry wait in seconds (doubles each time).")
+@click.option("--request-interval", default=0.25, show_default=True, help="Seconds between API calls (writes: 4x).")
+def comment(
+    report: Path,
+    repo: str | None,
+    pr_number: int | None,
+    api_url: str | None,
+    token: str | None,
+    head_sha: str | None,
+    author: str | None,
+    details_url: str | None,
+    retries: int,
+    backoff: float,
+    request_interval: float,
+) -> None:
+    """Post REPORT (report.json from `hfexport check`, or its directory) to the PR as one sticky comment.
+
+    \b
+    In GitHub Actions everything comes from the environment:
+      hfexport comment hfexport-report/report.json
+    Elsewhere:
+      GH_TOKEN=... hfexport comment report.json --repo huggingface/transformers --pr 123
+    """
+    import os
+
+    from .github.comment import CommentError, load_report, post_report, resolve_target
+
+    try:
+        target = resolve_target(
+            os.environ,
+            repository=repo,
+            pr_number=pr_number,
+            api_url=api_url,
+            token=token,
+            head_sha=head_sha,
+            details_url=details_url,
+        )
+        outcome = post_report(
+            load_report(report),
+            target,
+            author=author,
+            attempts=retries,
+            backoff=backoff,
+            request_interval=request_interval,
+        )
+    except CommentError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(2)
+    click.echo(f"{outcome.message}: {outcome.url}" if outcome.url else outcome.message)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+def _shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, int]:
+    index, _, count = value.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        _fail(f"--shard: expected K/N with 1 <= K <= N, got {value!r}")
+    return int(index), int(count)
+
+
+def _backends(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in FORMATS]
+    if unknown or not names:
+        _fail(f"--backends: unknown backend(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(FORMATS)}")
+    return list(dict.fromkeys(names))
+
+
+@main.command()
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--base", help="Base revision (default: merge base of HEAD with the default branch).")
+@click.option("--head", help="Head revision (default: the working tree).")
+@click.option("--models", help="Model types or class names, comma-separated, instead of a git range.")
+@click.option("--all", "select_all", is_flag=True, help="Every architecture of the installed transformers.")
+@click.option("--backends", default=",".join(FORMATS), show_default=True, callback=_backends, help="Comma-separated.")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1), help="Jobs run in parallel.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds per job before it counts as a timeout.")
+@click.option("--memory-limit", default=16.0, show_default=True, help="GiB of address space per job (0: no limit).")
+@click.option("--shard", default="1/1", callback=_shard, help="K/N: run the K-th of N deterministic shares.")
+@click.option("--engine", type=click.Choice(["hfexport", "transformers"]), default="hfexport", show_default=True)
+@click.option("--generation/--no-generation", default=True, show_default=True, help="Greedy generation on decoder LMs.")
+@click.option("--report-fixed", is_flag=True, help="Also run passing cells at base, to report fixed ones.")
+@click.option("--report-dir", type=click.Path(path_type=Path), help="Write report.json, report.md and junit.xml here.")
+def check(
+    files: tuple[Path, ...],
+    base: str | None,
+    head: str | None,
+    models: str | None,
+    select_all: bool,
+    backends: list[str],
+    jobs: int,
+    timeout: float,
+    memory_limit: float,
+    shard: tuple[int, int],
+    engine: str,
+    generation: bool,
+    report_fixed: bool,
+    report_dir: Path | None,
+) -> None:
+    """Export the model classes a change touched on every backend; exit 1 when one is newly broken.
+
+    \b
+    Exit codes: 0 nothing newly broken, 1 a regression, 2 a usage or infrastructure error.
+    \b
+    Examples:
+      hfexport check                                  (this branch vs. the default branch)
+      hfexport check --base v5.0.0 --head HEAD
+      hfexport check src/transformers/models/llama/modeling_llama.py
+      hfexport check --models llama,bert,vit --backends dynamo,onnx -j 2 --report-dir out
+    """
+    import os
+
+    from .gate import report as gate_report
+    from .gate.run import CheckOptions, GateError, pr_context, run_check, target_for
+
+    names = [name.strip() for name in (models or "").split(",") if name.strip()]
+    if sum(map(bool, (files, names, select_all))) > 1:
+        _fail("pass file names, --models or --all, not several")
+    options = CheckOptions(backends, jobs, timeout, memory_limit, engine, generation, shard, report_fixed)
+    try:
+        target = target_for(Path.cwd(), [str(f) for f in files], names, select_all, base, head)
+        result = run_check(target, options, echo=click.echo, pr=pr_context(os.environ))
+    except GateError as error:
+        _fail(str(error))
+    click.echo(gate_report.terminal_table(result))
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in gate_report.github_annotations(result):
+            click.echo(line)
+    if report_dir is not None:
+        written = gate_report.write_reports(result, report_dir)
+        click.echo(f"reports: {', '.join(str(p) for p in written.values())}")
+    sys.exit(result["exit_code"])
+
+
+@main.command()
+@click.argument("reports", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--report-dir", type=click.Path(path_type=Path), required=True, help="Where the merged reports go.")
+def merge(reports: tuple[Path, ...], report_dir: Path) -> None:
+    """Join the report.json of every shard (`check --shard K/N`) into one report; exit as `check` would."""
+    from .gate import report as gate_report
+
+    try:
+        loaded = [gate_report.load_report(p / "report.json" if p.is_dir() else p) for p in reports]
+        merged = gate_report.merge_reports(loaded)
+    except (ValueError, OSError) as error:
+        _fail(str(error))
+    click.echo(gate_report.terminal_table(merged))
+    gate_report.write_reports(merged, report_dir)
+    sys.exit(merged["exit_code"])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,605 @@
+"""Tiny, seeded, random-weight transformers models and matching sample inputs.
+
+Everything is built from config classes: nothing is downloaded. A default config is shrunk by
+walking its attributes (and those of nested sub-configs) and replacing known size keys, so
+that most architectures of the installed transformers build without a per-model recipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import inspect
+import logging
+import sys
+import unittest
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
+from transformers.models.auto import modeling_auto
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "UnknownModelError",
+    "all_model_types",
+    "model_classes_for_type",
+    "resolve_model_class",
+    "sample_inputs",
+    "tester_config",
+    "tiny_config",
+    "tiny_model",
+]
+
+
+class UnknownModelError(ValueError):
+    """Raised when a name is neither a model type nor a model class of the installed transformers."""
+
+
+# Task heads in the order that picks a model type's default class; the base model comes last.
+_DEFAULT_HEAD_MAPPINGS = (
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_CTC_MAPPING_NAMES",
+    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+)
+# Heads listed by model_classes_for_type: the default ones plus multimodal generation.
+_MAIN_HEAD_MAPPINGS = (
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_CTC_MAPPING_NAMES",
+    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+)
+
+# ── Tiny sizes ──
+HIDDEN = 32
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+INTERMEDIATE = 64
+LAYERS = 2
+VOCAB = 128
+MAX_POSITIONS = 512
+IMAGE_SIZE = 32
+PATCH_SIZE = 8
+EXPERTS = 4
+EXPERTS_PER_TOKEN = 2
+
+_HIDDEN_KEYS = frozenset(
+    {
+        "hidden_size",
+        "d_model",
+        "n_embd",
+        "n_embed",
+        "embed_dim",
+        "emb_dim",
+        "dim",
+        "d_latents",
+        "word_embed_proj_dim",
+        "embedding_size",
+        "embedding_dim",
+        "projection_dim",
+        "classifier_proj_size",
+        "xvector_output_dim",
+        "codevector_dim",
+        "proj_codevector_dim",
+    }
+)
+_INTERMEDIATE_KEYS = frozenset({"ffn_dim", "d_ff", "n_inner", "hidden_dim"})
+_LAYER_KEYS = frozenset({"num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers"})
+_HEAD_KEYS = frozenset({"n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"})
+_KV_HEAD_KEYS = frozenset({"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"})
+_HEAD_DIM_KEYS = frozenset(
+    {"head_dim", "d_kv", "kv_channels", "rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}
+)
+_LORA_RANK_KEYS = frozenset({"kv_lora_rank", "q_lora_rank"})
+_EXPERT_KEYS = frozenset({"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"})
+_EXPERTS_PER_TOKEN_KEYS = frozenset({"num_experts_per_tok", "moe_top_k", "moe_topk", "num_selected_experts"})
+# Grouped routing (DeepSeek-style) needs experts divisible by groups: one group keeps it trivially true.
+_ONE_KEYS = frozenset({"n_group", "topk_group", "n_shared_experts", "first_k_dense_replace", "zero_expert_num"})
+_EXACT_CAPS = (
+    (_HIDDEN_KEYS, HIDDEN),
+    (_INTERMEDIATE_KEYS, INTERMEDIATE),
+    (_LAYER_KEYS, LAYERS),
+    (_HEAD_KEYS, HEADS),
+    # Grouped-query attention even where the full-size model is multi-head; multi-query stays as is.
+    (_KV_HEAD_KEYS, KV_HEADS),
+    (_HEAD_DIM_KEYS, HEAD_DIM),
+    (_LORA_RANK_KEYS, 2 * HEAD_DIM),
+    (_EXPERT_KEYS, EXPERTS),
+    (_EXPERTS_PER_TOKEN_KEYS, EXPERTS_PER_TOKEN),
+    (_ONE_KEYS, 1),
+)
+# Families of keys named by their ending ("vision_hidden_size", "shape_vocab_size", ...): (suffixes, cap).
+_SUFFIX_CAPS = (
+    (("hidden_size", "_embed_dim", "_emb_dim", "_emb_size", "_embedding_dim", "_embedding_size"), HIDDEN),
+    (("intermediate_size", "_ffn_dim", "_inner_dim"), INTERMEDIATE),
+    (("num_hidden_layers", "_num_layers", "num_encoder_layers", "num_decoder_layers"), LAYERS),
+    (("num_attention_heads", "_num_heads", "_attention_heads"), HEADS),
+    (("vocab_size",), VOCAB),
+)
+_CAPS = {
+    "max_position_embeddings": MAX_POSITIONS,
+    "n_positions": MAX_POSITIONS,
+    "max_source_positions": 32,
+    "max_target_positions": 64,
+    "num_mel_bins": 16,
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 2,
+    "num_codevectors_per_group": 8,
+    "image_size": IMAGE_SIZE,
+    "patch_size": PATCH_SIZE,
+    "window_size": 4,
+    "mamba_d_head": HEAD_DIM,
+    "mamba_d_state": 16,
+    "state_size": 16,
+    "mamba_chunk_size": 32,
+    "chunk_size": 32,
+}
+# Channel widths of conv feature extractors, and of resnet-like stages (which widen stage by stage).
+_CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim"})
+_STAGE_WIDTH_LIST_KEYS = frozenset({"hidden_sizes", "embed_dim", "embedding_dims"})
+_DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
+# Switches that would need optional dependencies or downloads (timm, pretrained backbones).
+_FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
+# Config entries that are bookkeeping, not architecture: the constructor sets them itself.
+_SKIPPED_KEYS = frozenset({"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype"})
+# Per model type, what generic shrinking cannot derive (applies to sub-configs of that type too).
+_OVERRIDES: dict[str, dict[str, Any]] = {
+    # The attention pattern is expanded from (pattern, repeats) pairs to one entry per layer.
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+}
+
+
+# ── Resolving names to classes ──
+
+
+def _mapping(name: str) -> dict[str, str | tuple[str, ...]]:
+    return getattr(modeling_auto, name, {})
+
+
+def _class_names(mapping_name: str, model_type: str) -> tuple[str, ...]:
+    names = _mapping(mapping_name).get(model_type, ())
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
+def _class_by_name(name: str) -> type[PreTrainedModel] | None:
+    try:
+        obj = getattr(transformers, name)
+    except (AttributeError, ImportError, RuntimeError):
+        return None
+    return obj if inspect.isclass(obj) and issubclass(obj, PreTrainedModel) else None
+
+
+def _known_class_names() -> set[str]:
+    names: set[str] = set()
+    for mapping_name in dir(modeling_auto):
+        if mapping_name.startswith("MODEL") and mapping_name.endswith("_MAPPING_NAMES"):
+            for value in _mapping(mapping_name).values():
+                names.update((value,) if isinstance(value, str) else value)
+    return names
+
+
+def _model_type_of(name: str) -> str | None:
+    # Model types mix spellings ("xlm-roberta", "gpt_neo"): accept either separator.
+    name = name.strip().lower()
+    for candidate in (name, name.replace("-", "_"), name.replace("_", "-")):
+        if candidate in CONFIG_MAPPING_NAMES:
+            return candidate
+    return None
+
+
+def resolve_model_class(name: str) -> type[PreTrainedModel]:
+    """Return the class for a model type (its default head) or for a model class name."""
+    model_type = _model_type_of(name)
+    if model_type is not None:
+        for mapping_name in (*_DEFAULT_HEAD_MAPPINGS, "MODEL_MAPPING_NAMES"):
+            for class_name in _class_names(mapping_name, model_type):
+                cls = _class_by_name(class_name)
+                if cls is not None:
+                    return cls
+        # Types without a base model (e.g. only an image-text-to-text head) still have a main class.
+        for cls in model_classes_for_type(model_type):
+            return cls
+        raise UnknownModelError(f"Model type {name!r} has no model class in transformers {transformers.__version__}")
+    cls = _class_by_name(name)
+    if cls is not None:
+        return cls
+    choices = sorted(set(CONFIG_MAPPING_NAMES) | _known_class_names())
+    close = difflib.get_close_matches(name, choices, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise UnknownModelError(f"Unknown model type or class {name!r}{hint}")
+
+
+def model_classes_for_type(model_type: str) -> list[type[PreTrainedModel]]:
+    """Return the base model class and the main task heads of a model type, base first."""
+    classes: list[type[PreTrainedModel]] = []
+    for mapping_name in ("MODEL_MAPPING_NAMES", *_MAIN_HEAD_MAPPINGS):
+        for class_name in _class_names(mapping_name, model_type):
+            cls = _class_by_name(class_name)
+            if cls is not None and cls not in classes:
+                classes.append(cls)
+    return classes
+
+
+def all_model_types() -> list[str]:
+    """Return every model type of the installed transformers that has at least one model class."""
+    return [model_type for model_type in CONFIG_MAPPING_NAMES if model_classes_for_type(model_type)]
+
+
+# ── Shrinking configs ──
+
+
+def _declared_keys(config_cls: type[PretrainedConfig]) -> set[str]:
+    # Keys the constructor does not accept are derived by it: passing a shrunk copy would conflict.
+    declared: set[str] = set()
+    for cls in config_cls.__mro__:
+        if isinstance(cls, type) and issubclass(cls, PretrainedConfig):
+            declared.update(inspect.signature(cls.__init__).parameters)
+    return declared - {"self", "kwargs", "args"}
+
+
+def _declared_default(config_cls: type[PretrainedConfig], key: str) -> Any:
+    parameter = inspect.signature(config_cls.__init__).parameters.get(key)
+    return inspect.Parameter.empty if parameter is None else parameter.default
+
+
+def _shrink_layer_list(values: list[Any], layers: int) -> list[Any]:
+    # Keep one layer of every kind (e.g. sliding and full attention) before repeating kinds.
+    first_of_kind: dict[Any, int] = {}
+    for index, value in enumerate(values):
+        first_of_kind.setdefault(repr(value), index)
+    picked = sorted(first_of_kind.values())[:layers]
+    picked += [i for i in range(len(values)) if i not in picked][: layers - len(picked)]
+    return [values[i] for i in sorted(picked)]
+
+
+class _TokenIds:
+    """Maps special token ids beyond the tiny vocabulary onto its top end, consistently across sub-configs."""
+
+    def __init__(self) -> None:
+        self._remapped: dict[int, int] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return type(value)(self(v) for v in value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < VOCAB:
+            return value
+        if value not in self._remapped:
+            self._remapped[value] = VOCAB - 1 - len(self._remapped)
+        return self._remapped[value]
+
+
+def _is_token_key(key: str) -> bool:
+    return key.endswith(("_token_id", "_token_ids", "_token_index", "_suppress_tokens")) or key == "suppress_tokens"
+
+
+def _int_cap(key: str) -> int | None:
+    """Return the tiny upper bound of an integer size entry, or None when ``key`` is not a size."""
+    for keys, cap in _EXACT_CAPS:
+        if key in keys:
+            return cap
+    if key in _CAPS:
+        return _CAPS[key]
+    for suffixes, cap in _SUFFIX_CAPS:
+        if key.endswith(suffixes):
+            return cap
+    return None
+
+
+def _shrink_list(key: str, values: list[int] | tuple[int, ...]) -> list[int] | tuple[int, ...]:
+    if key in _CHANNEL_LIST_KEYS:
+        return type(values)(min(v, HIDDEN) for v in values)
+    if key in _STAGE_WIDTH_LIST_KEYS:
+        return type(values)(min(v, 16 * 2**i, 64) for i, v in enumerate(values))
+    if key in _DEPTH_LIST_KEYS:
+        return type(values)(1 for _ in values)
+    if _int_cap(key) == HEADS:
+        # Per-stage heads must divide per-stage widths, which double from stage to stage.
+        return type(values)(min(v, 2**i) for i, v in enumerate(values))
+    cap = _int_cap(key)
+    return values if cap is None else type(values)(min(v, cap) for v in values)
+
+
+def _shrink_value(key: str, value: Any, token_ids: _TokenIds) -> Any:
+    """Return the tiny value of one config entry (unchanged when the key is not a size)."""
+    if _is_token_key(key):
+        return token_ids(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        cap = _int_cap(key)
+        return value if cap is None else min(value, cap)
+    if isinstance(value, list | tuple) and value and all(isinstance(v, int) for v in value):
+        return _shrink_list(key, value)
+    return value
+
+
+def _original_layers(values: dict[str, Any]) -> int | None:
+    counts = [v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool) and _int_cap(k) == LAYERS]
+    return max(counts) if counts else None
+
+
+def _mrope_section(rope_parameters: dict[str, Any]) -> list[int]:
+    # Multimodal rope splits the rotary half-dims into (temporal, height, width) sections.
+    total = int(HEAD_DIM * rope_parameters.get("partial_rotary_factor", 1.0)) // 2
+    sections = [total // 3] * 3
+    for i in range(total % 3):
+        sections[i] += 1
+    return sections
+
+
+def _make_consistent(config_cls: type[PretrainedConfig], kwargs: dict[str, Any], original: dict[str, Any]) -> None:
+    """Fix size relations that capping each entry on its own breaks."""
+    heads = next((kwargs[k] for k in kwargs if _int_cap(k) == HEADS and isinstance(kwargs[k], int)), None)
+    hidden = kwargs.get("hidden_size", HIDDEN)
+    if "kv_lora_rank" in kwargs and heads is not None:
+        # Multi-head latent attention expands the latent to one key/value per query head.
+        kwargs.update({k: heads for k in _KV_HEAD_KEYS if k in kwargs})
+    if {"qk_nope_head_dim", "qk_rope_head_dim", "qk_head_dim"} <= kwargs.keys():
+        kwargs["qk_head_dim"] = kwargs["qk_nope_head_dim"] + kwargs["qk_rope_head_dim"]
+    if "mamba_n_heads" in kwargs:
+        kwargs["mamba_d_head"] = HEAD_DIM
+        kwargs["mamba_n_heads"] = kwargs.get("mamba_expand", 2) * hidden // HEAD_DIM
+    elif {"expand", "num_heads", "head_dim"} <= kwargs.keys():
+        kwargs["num_heads"] = kwargs["expand"] * hidden // kwargs["head_dim"]
+    rope = kwargs.get("rope_parameters", original.get("rope_parameters"))
+    if isinstance(rope, dict) and (
+        "mrope_section" in rope or "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ())
+    ):
+        kwargs["rope_parameters"] = {**rope, "mrope_section": _mrope_section(rope)}
+
+
+def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, Any]:
+    """Return constructor kwargs for a tiny version of ``config`` (sub-configs as nested dicts)."""
+    config_cls = type(config)
+    declared = _declared_keys(config_cls)
+    original = config.to_dict()
+    old_layers = _original_layers(original)
+    new_layers = min(old_layers, LAYERS) if old_layers else None
+    kwargs: dict[str, Any] = {}
+    for key, value in original.items():
+        attribute = getattr(config, key, None)
+        if isinstance(attribute, PretrainedConfig):
+            kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids)}
+            continue
+        if key in _SKIPPED_KEYS or key not in declared:
+            continue
+        if isinstance(value, list) and old_layers and new_layers and len(value) == old_layers > new_layers:
+            # One entry per layer (layer_types, ...): derived or not, it must match the new layer count.
+            kwargs[key] = _shrink_layer_list(value, new_layers)
+            continue
+        shrunk = _shrink_value(key, value, token_ids)
+        if shrunk is value and value is not None and _declared_default(config_cls, key) is None:
+            # Defaulted to None and filled in by the constructor (head_dim, ...): let it redo that.
+            continue
+        kwargs[key] = shrunk
+    kwargs.update({k: v for k, v in _FORCED.items() if k in declared})
+    _make_consistent(config_cls, kwargs, original)
+    kwargs.update(_OVERRIDES.get(config.model_type, {}))
+    return kwargs
+
+
+def _attn_implementation(model_class: type[PreTrainedModel]) -> str:
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+def _build_tiny_config(model_class: type[PreTrainedModel]) -> PretrainedConfig:
+    config_cls = model_class.config_class
+    model_type = getattr(config_cls, "model_type", "")
+    default = AutoConfig.for_model(model_type) if model_type in CONFIG_MAPPING_NAMES else config_cls()
+    kwargs = _shrink_config(default, _TokenIds())
+    return type(default)(**kwargs)
+
+
+def tiny_config(name: str, checkout: Path | None = None) -> PretrainedConfig:
+    """Return a tiny config for a model type or class; a transformers checkout's model tester wins if usable."""
+    model_class = resolve_model_class(name)
+    config = None
+    if checkout is not None:
+        config = tester_config(model_class.config_class.model_type, checkout)
+    if config is None:
+        config = _build_tiny_config(model_class)
+    config._attn_implementation = _attn_implementation(model_class)
+    return config
+
+
+def tiny_model(name: str, seed: int = 0, checkout: Path | None = None) -> PreTrainedModel:
+    """Build a seeded, random-weight, float32 tiny model in eval mode."""
+    model_class = resolve_model_class(name)
+    config = tiny_config(model_class.__name__, checkout=checkout)
+    torch.manual_seed(seed)
+    try:
+        model = model_class(config)
+    except ValueError as error:
+        # A sub-model (a vision backbone, a codec) may lack SDPA even where the outer class supports it.
+        if "attention implementation" not in str(error) or config._attn_implementation == "eager":
+            raise
+        config._attn_implementation = "eager"
+        torch.manual_seed(seed)
+        model = model_class(config)
+    return model.to(torch.float32).eval()
+
+
+def load_local_model(directory: Path) -> PreTrainedModel:
+    """A model saved with ``save_pretrained``: the class its config names under ``architectures``, in eval mode."""
+    from transformers import AutoConfig
+
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory} has no config.json: not a save_pretrained model directory")
+    config = AutoConfig.from_pretrained(directory)
+    architectures = getattr(config, "architectures", None) or []
+    model_class = resolve_model_class(architectures[0] if architectures else config.model_type)
+    return model_class.from_pretrained(directory).to(torch.float32).eval()
+
+
+# ── Sample inputs ──
+
+
+def _special_token_ids(config: PretrainedConfig) -> set[int]:
+    ids: set[int] = set()
+    for key, value in config.to_dict().items():
+        if not _is_token_key(key):
+            continue
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(item, int) and not isinstance(item, bool):
+                ids.add(item)
+    return ids
+
+
+def _text_vocab_size(config: PretrainedConfig) -> int:
+    text_config = config.get_text_config(decoder=True)
+    return int(getattr(text_config, "vocab_size", None) or getattr(config, "vocab_size", None) or VOCAB)
+
+
+def _token_ids(config: PretrainedConfig, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
+    # Special ids (pad, image placeholders...) change the model's behaviour: draw plain text tokens only.
+    excluded = _special_token_ids(config) | _special_token_ids(config.get_text_config(decoder=True))
+    allowed = torch.tensor([i for i in range(_text_vocab_size(config)) if i not in excluded])
+    return allowed[torch.randint(len(allowed), shape, generator=generator)]
+
+
+def _image_config(config: PretrainedConfig) -> PretrainedConfig:
+    return getattr(config, "vision_config", None) or config
+
+
+def _pixel_values(config: PretrainedConfig, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+    vision = _image_config(config)
+    size = getattr(vision, "image_size", IMAGE_SIZE)
+    height, width = (size, size) if isinstance(size, int) else tuple(size)[-2:]
+    channels = getattr(vision, "num_channels", 3)
+    return torch.randn(batch_size, channels, height, width, generator=generator)
+
+
+def _waveform_length(config: PretrainedConfig, seq_length: int) -> int:
+    # The conv feature extractor downsamples by the product of its strides; keep >= seq_length frames.
+    stride = 1
+    for step in getattr(config, "conv_stride", ()) or ():
+        stride *= step
+    receptive_field = sum(getattr(config, "conv_kernel", ()) or ()) * stride
+    return max(1600, stride * seq_length + receptive_field)
+
+
+def _audio_config(config: PretrainedConfig) -> PretrainedConfig:
+    # Speech LMs and CTC wrappers keep the feature sizes on their audio encoder's sub-config.
+    for key in ("audio_config", "encoder_config", "speech_config"):
+        sub_config = getattr(config, key, None)
+        if isinstance(sub_config, PretrainedConfig):
+            return sub_config
+    return config
+
+
+def _input_features(
+    config: PretrainedConfig, batch_size: int, seq_length: int, generator: torch.Generator
+) -> torch.Tensor:
+    audio = _audio_config(config)
+    if hasattr(audio, "num_mel_bins") and hasattr(audio, "max_source_positions"):
+        # Whisper-like encoders require exactly 2 * max_source_positions frames (two conv strides).
+        frames = 2 * audio.max_source_positions
+        return torch.randn(batch_size, audio.num_mel_bins, frames, generator=generator)
+    features = next((getattr(audio, k) for k in _FEATURE_SIZE_KEYS if getattr(audio, k, None)), 80)
+    channels = getattr(audio, "input_channels", 1)
+    # Conv subsampling front ends shrink time by up to 8x: keep at least seq_length frames after it.
+    return torch.randn(batch_size, 8 * seq_length, features * channels, generator=generator)
+
+
+_FEATURE_SIZE_KEYS = ("num_mel_bins", "input_feat_per_channel", "feature_size")
+
+
+def _forward_parameters(model: PreTrainedModel) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def _is_dual_encoder(model: PreTrainedModel, parameters: set[str]) -> bool:
+    # CLIP-like models embed text and image separately; VLMs instead splice images at placeholder tokens.
+    config = model.config
+    has_placeholder = any(hasattr(config, k) for k in ("image_token_id", "image_token_index"))
+    return {"input_ids", "pixel_values"} <= parameters and hasattr(config, "vision_config") and not has_placeholder
+
+
+def sample_inputs(
+    model: PreTrainedModel, batch_size: int = 2, seq_length: int = 7, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """Return deterministic forward kwargs that fit the model's modality (text, vision, audio, seq2seq)."""
+    if batch_size < 2 or seq_length < 2:
+        raise ValueError("batch_size and seq_length must be >= 2 so exported dimensions stay dynamic")
+    config = model.config
+    parameters = _forward_parameters(model)
+    main_input = getattr(model, "main_input_name", "input_ids")
+    generator = torch.Generator().manual_seed(seed)
+    inputs: dict[str, torch.Tensor] = {}
+    if main_input == "input_ids" or (main_input not in parameters and "input_ids" in parameters):
+        inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
+    if main_input == "pixel_values" or _is_dual_encoder(model, parameters):
+        if _is_dual_encoder(model, parameters):
+            inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
+        inputs["pixel_values"] = _pixel_values(config, batch_size, generator)
+    elif main_input == "input_values":
+        length = _waveform_length(config, seq_length)
+        inputs["input_values"] = torch.randn(batch_size, length, generator=generator)
+    elif main_input == "input_features":
+        inputs["input_features"] = _input_features(config, batch_size, seq_length, generator)
+    if "input_ids" in inputs and "attention_mask" in parameters:
+        inputs["attention_mask"] = torch.ones(batch_size, seq_length, dtype=torch.long)
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
+        inputs["decoder_input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
+    return inputs
+
+
+# ── Configs from a transformers checkout's model testers ──
+
+
+@contextlib.contextmanager
+def _checkout_tests_importable(checkout: Path) -> Iterator[None]:
+    # The checkout's `tests` package would clash with any other `tests` package already imported.
+    saved = {name: mod for name, mod in sys.modules.items() if name == "tests" or name.startswith("tests.")}
+    for name in saved:
+        del sys.modules[name]
+    sys.path.insert(0, str(checkout))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(checkout))
+        for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def _model_tester_class(module: Any, model_type: str) -> type | None:
+    wanted = model_type.replace("_", "").lower() + "modeltester"
+    testers = [obj for name, obj in vars(module).items() if name.endswith("ModelTester") and inspect.isclass(obj)]
+    exact = [cls for cls in testers if cls.__name__.lower() == wanted]
+    return (exact or testers or [None])[0]
+
+
+def tester_config(model_type: str, checkout: Path) -> PretrainedConfig | None:
+    """Return the config of ``<Name>ModelTester`` from a transformers checkout, or None if unavailable."""
+    test_file = Path(checkout) / "tests" / "models" / model_type / f"test_modeling_{model_type}.py"
+    if not test_file.is_file():
+        logger.debug("No model tester file %s", test_file)
+        return None
+    try:
+        with _checkout_tests_importable(Path(checkout)):
+            module = importlib.import_module(f"tests.models.{model_type}.test_modeling_{model_type}")
+            tester_cls = _model_tester_class(module, model_type)
+            if tester_cls is None:
+                logger.debug("No ModelTester class in %s", test_file)
+                return None
+            return tester_cls(parent=unittest.TestCase()).get_config()
+    except Exception as error:
+        # Test files track the checkout, not the installed transformers: any failure means "shrink instead".
+        logger.debug("Model tester config for %s failed: %s", model_type, error)
+        return None

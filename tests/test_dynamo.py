@@ -1,0 +1,151 @@
+"""DynamoExporter end to end: export -> save_pretrained -> from_pretrained -> run equals eager, static and dynamic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+from hfexport.exporters import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, ExportedModel
+from hfexport.tiny_models import sample_inputs, tiny_model
+
+MODELS = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gpt2",
+    "bert",
+    "roberta",
+    "t5",
+    "bart",
+    "vit",
+    "resnet",
+    "wav2vec2",
+    "whisper",
+    "clip",
+]
+TOLERANCE = 1e-4
+
+
+def max_abs_diff(actual, expected) -> float:
+    """Largest difference over every tensor leaf; the two structures must flatten to the same leaves."""
+    actual_leaves, actual_spec = pytree.tree_flatten(actual)
+    expected_leaves, expected_spec = pytree.tree_flatten(expected)
+    assert type(actual) is type(expected)
+    assert len(actual_leaves) == len(expected_leaves), (actual_spec, expected_spec)
+    diffs = [(a.float() - e.float()).abs().max().item() for a, e in zip(actual_leaves, expected_leaves, strict=True)]
+    return max(diffs)
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def dynamic_export(request, tmp_path_factory):
+    model = tiny_model(request.param)
+    inputs = sample_inputs(model)
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exported = AutoHfExporter.from_config(config).export(model, inputs, config)
+    directory = exported.save_pretrained(tmp_path_factory.mktemp(request.param) / "export")
+    return request.param, model, directory
+
+
+def test_round_trip_equals_eager(dynamic_export):
+    name, model, directory = dynamic_export
+    inputs = sample_inputs(model)
+    loaded = ExportedModel.from_pretrained(directory)
+    with torch.no_grad():
+        expected = model(**inputs)
+    diff = max_abs_diff(loaded(**inputs), expected)
+    print(f"{name}: max abs diff {diff:.2e}")
+    assert diff <= TOLERANCE
+
+
+def test_dynamic_export_runs_at_other_sizes(dynamic_export):
+    name, model, directory = dynamic_export
+    loaded = ExportedModel.from_pretrained(directory)
+    inputs = sample_inputs(model, batch_size=3, seq_length=11, seed=1)
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert max_abs_diff(loaded(**inputs), expected) <= TOLERANCE
+
+
+def test_saved_files_and_manifest(dynamic_export):
+    name, model, directory = dynamic_export
+    manifest = json.loads((directory / "export.json").read_text())
+    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "export.json", "model.pt2"]
+    assert manifest["schema_version"] == 1
+    assert manifest["export_format"] == "dynamo"
+    assert manifest["export_config"]["dynamic"] is True
+    assert manifest["model_class"].endswith(type(model).__qualname__)
+    assert {"torch", "transformers"} <= set(manifest["versions"])
+    component = manifest["components"]["model"]
+    assert component["input_names"] == list(sample_inputs(model))
+    assert component["output_names"]
+    assert json.loads((directory / "config.json").read_text())["model_type"] == model.config.model_type
+
+
+def test_cache_outputs_are_rebuilt_with_readable_names(tmp_path):
+    model = tiny_model("llama")
+    inputs = sample_inputs(model)
+    exported = DynamoExporter().export(model, inputs, DynamoConfig())
+    names = exported.components["model"]["output_names"]
+    assert names[0] == "logits"
+    assert "past_key_values.0.key" in names and "past_key_values.1.value" in names
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "llama"))
+    outputs = loaded(**inputs)
+    assert type(outputs.past_key_values).__name__ == "DynamicCache"
+    assert outputs.past_key_values.get_seq_length() == inputs["input_ids"].shape[1]
+
+
+def test_static_export_specializes_shapes(tmp_path):
+    model = tiny_model("bert")
+    inputs = sample_inputs(model)
+    loaded = ExportedModel.from_pretrained(DynamoExporter().export(model, inputs).save_pretrained(tmp_path / "b"))
+    assert max_abs_diff(loaded(**inputs), model(**inputs)) <= TOLERANCE
+    with pytest.raises(Exception, match="(?i)shape|size|expected"):
+        loaded(**sample_inputs(model, batch_size=3, seq_length=5))
+
+
+def test_wrong_input_names_are_a_clear_error(tmp_path):
+    model = tiny_model("bert")
+    exported = DynamoExporter().export(model, sample_inputs(model))
+    with pytest.raises(ValueError, match="missing: \\['attention_mask'\\]"):
+        exported(input_ids=sample_inputs(model)["input_ids"])
+
+
+def test_failed_save_leaves_no_partial_directory(tmp_path):
+    model = tiny_model("bert")
+    exported = DynamoExporter().export(model, sample_inputs(model))
+    exported.programs["model"] = object()  # torch.export.save cannot serialize this
+    with pytest.raises(Exception):  # noqa: B017 - whatever torch raises, nothing may be left behind
+        exported.save_pretrained(tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_auto_classes_report_bad_input():
+    from hfexport.exporters import ModelRunner, register_backend
+
+    with pytest.raises(ValueError, match="unknown export format 'nope'"):
+        AutoExportConfig.from_dict({"export_format": "nope"})
+    with pytest.raises(ValueError, match="needs an 'export_format'"):
+        AutoExportConfig.from_dict({"dynamic": True})
+    with pytest.raises(ValueError, match="unknown option"):
+        AutoExportConfig.from_dict({"export_format": "dynamo", "dynamik": True})
+    with pytest.raises(TypeError, match="HfExporter subclass"):
+        register_backend(object)
+    with pytest.raises(TypeError, match="ModelRunner subclass"):
+        register_backend(DynamoExporter, runner=object)
+    assert issubclass(AutoHfExporter.from_config(DynamoConfig()).__class__, DynamoExporter)
+    assert ModelRunner is not None
+
+
+def test_stateful_attributes_are_restored_after_export():
+    from hfexport.exporters.exporter_dynamo import _STATEFUL_CACHE_ATTRS, stateful_attributes_cleared
+
+    module = torch.nn.Linear(2, 2)
+    sentinel = torch.ones(1)
+    setattr(module, _STATEFUL_CACHE_ATTRS[0], sentinel)
+    with stateful_attributes_cleared(module):
+        assert getattr(module, _STATEFUL_CACHE_ATTRS[0]) is None
+    assert getattr(module, _STATEFUL_CACHE_ATTRS[0]) is sentinel

@@ -1,0 +1,221 @@
+"""Tests for hfexport.tiny_models: tiny seeded models and sample inputs, built offline."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import CLIPModel, LlamaForCausalLM, LlamaModel, PreTrainedModel
+
+# tester_config is reached through the module: imported by name, pytest would collect it as a test.
+from hfexport import tiny_models
+from hfexport.tiny_models import (
+    UnknownModelError,
+    all_model_types,
+    model_classes_for_type,
+    resolve_model_class,
+    sample_inputs,
+    tiny_config,
+    tiny_model,
+)
+
+CORE_TYPES = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "phi3",
+    "mixtral",
+    "gpt2",
+    "bert",
+    "roberta",
+    "t5",
+    "bart",
+    "vit",
+    "resnet",
+    "wav2vec2",
+    "whisper",
+    "clip",
+]
+MAX_PARAMETERS = 1_000_000
+
+
+def _first_tensor(output: object) -> torch.Tensor:
+    values = output.values() if hasattr(output, "values") else output
+    return next(v for v in values if isinstance(v, torch.Tensor))
+
+
+@pytest.fixture(scope="module", params=CORE_TYPES)
+def built(request: pytest.FixtureRequest) -> tuple[str, PreTrainedModel]:
+    return request.param, tiny_model(request.param)
+
+
+def test_model_is_tiny_float32_eval(built: tuple[str, PreTrainedModel]) -> None:
+    _, model = built
+    assert sum(p.numel() for p in model.parameters()) < MAX_PARAMETERS
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert not model.training
+
+
+def test_forward_is_finite_with_batch_and_sequence_dims(built: tuple[str, PreTrainedModel]) -> None:
+    _, model = built
+    inputs = sample_inputs(model)
+    assert inputs
+    for tensor in inputs.values():
+        assert tensor.shape[0] == 2
+        assert tensor.dim() == 1 or tensor.shape[1] >= 2
+    with torch.no_grad():
+        output = _first_tensor(model(**inputs))
+    assert output.shape[0] == 2
+    assert torch.isfinite(output).all()
+
+
+def test_same_seed_same_weights_and_inputs(built: tuple[str, PreTrainedModel]) -> None:
+    name, model = built
+    again = tiny_model(name, seed=0)
+    for (key, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
+        assert torch.equal(a, b), key
+    first, second = sample_inputs(model, seed=3), sample_inputs(again, seed=3)
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_other_seed_other_weights() -> None:
+    a, b = tiny_model("llama", seed=0), tiny_model("llama", seed=1)
+    assert not torch.equal(a.lm_head.weight, b.lm_head.weight)
+
+
+def test_text_inputs_stay_in_vocab_and_avoid_special_ids() -> None:
+    model = tiny_model("gpt2")
+    ids = sample_inputs(model, batch_size=3, seq_length=11)["input_ids"]
+    assert ids.shape == (3, 11)
+    assert int(ids.max()) < model.config.vocab_size
+    assert model.config.eos_token_id not in ids
+
+
+def test_modalities() -> None:
+    assert set(sample_inputs(tiny_model("CLIPModel"))) == {"input_ids", "attention_mask", "pixel_values"}
+    assert set(sample_inputs(tiny_model("whisper"))) == {"input_features", "decoder_input_ids"}
+    assert set(sample_inputs(tiny_model("t5"))) == {"input_ids", "attention_mask", "decoder_input_ids"}
+    assert set(sample_inputs(tiny_model("wav2vec2"))) == {"input_values"}
+    assert set(sample_inputs(tiny_model("vit"))) == {"pixel_values"}
+
+
+def test_clip_dual_encoder_forward() -> None:
+    model = tiny_model("CLIPModel")
+    assert isinstance(model, CLIPModel)
+    with torch.no_grad():
+        output = model(**sample_inputs(model))
+    assert output.logits_per_image.shape == (2, 2)
+
+
+def test_sample_inputs_rejects_degenerate_dims() -> None:
+    with pytest.raises(ValueError):
+        sample_inputs(tiny_model("llama"), batch_size=1)
+
+
+def test_resolve_model_type_and_class_name() -> None:
+    assert resolve_model_class("llama") is LlamaForCausalLM
+    assert resolve_model_class("LlamaModel") is LlamaModel
+    assert resolve_model_class("whisper").__name__ == "WhisperForConditionalGeneration"
+    assert resolve_model_class("bert").__name__ == "BertForMaskedLM"
+    assert resolve_model_class("xlm-roberta").__name__ == "XLMRobertaForMaskedLM"
+
+
+@pytest.mark.parametrize("name", ["lama", "NotAModelAtAll", "LlamaForCausalLMX"])
+def test_unknown_name_raises_one_line(name: str) -> None:
+    with pytest.raises(UnknownModelError) as error:
+        resolve_model_class(name)
+    assert isinstance(error.value, ValueError)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_name_suggests_close_match() -> None:
+    with pytest.raises(UnknownModelError, match="llama"):
+        resolve_model_class("lama")
+
+
+def test_model_classes_for_type_base_first() -> None:
+    classes = model_classes_for_type("llama")
+    assert classes[0] is LlamaModel
+    assert LlamaForCausalLM in classes
+    assert len(classes) == len(set(classes))
+    assert model_classes_for_type("not_a_type") == []
+
+
+def test_all_model_types() -> None:
+    types = all_model_types()
+    assert set(CORE_TYPES) <= set(types)
+    assert len(types) == len(set(types))
+
+
+def test_config_sizes_are_consistent() -> None:
+    config = tiny_config("llama")
+    assert config.hidden_size <= 64
+    assert config.num_hidden_layers == 2
+    assert config.num_attention_heads % config.num_key_value_heads == 0
+    assert config.hidden_size % config.num_attention_heads == 0
+    assert config._attn_implementation in ("sdpa", "eager")
+    gemma2 = tiny_config("gemma2")
+    assert len(gemma2.layer_types) == gemma2.num_hidden_layers
+    assert set(gemma2.layer_types) == {"sliding_attention", "full_attention"}
+    mixtral = tiny_config("mixtral")
+    assert mixtral.num_local_experts <= 4
+    assert mixtral.num_experts_per_tok <= 2
+    whisper = tiny_config("whisper")
+    assert whisper.encoder_layers == whisper.decoder_layers == 2
+    assert whisper.decoder_start_token_id < whisper.vocab_size
+
+
+def test_sub_configs_are_shrunk() -> None:
+    config = tiny_config("CLIPModel")
+    assert config.text_config.hidden_size <= 64
+    assert config.vision_config.hidden_size <= 64
+    assert config.vision_config.num_hidden_layers == 2
+    assert config.vision_config.image_size <= 64
+    assert config.text_config.vocab_size <= 128
+
+
+def test_tester_config_missing_checkout_returns_none(tmp_path: Path) -> None:
+    assert tiny_models.tester_config("llama", tmp_path) is None
+
+
+def _fake_checkout(root: Path, body: str) -> Path:
+    test_dir = root / "tests" / "models" / "llama"
+    test_dir.mkdir(parents=True)
+    for package in (root / "tests", root / "tests" / "models", test_dir):
+        (package / "__init__.py").touch()
+    (test_dir / "test_modeling_llama.py").write_text(textwrap.dedent(body))
+    return root
+
+
+def test_tester_config_from_checkout(tmp_path: Path) -> None:
+    checkout = _fake_checkout(
+        tmp_path,
+        """
+        from transformers import LlamaConfig
+
+        class LlamaModelTester:
+            def __init__(self, parent, hidden_size=48):
+                parent.assertEqual(hidden_size, 48)
+                self.hidden_size = hidden_size
+
+            def get_config(self):
+                return LlamaConfig(hidden_size=self.hidden_size, num_hidden_layers=1, num_attention_heads=4,
+                                   intermediate_size=37, vocab_size=99)
+        """,
+    )
+    config = tiny_models.tester_config("llama", checkout)
+    assert config is not None
+    assert config.hidden_size == 48
+    assert tiny_config("llama", checkout=checkout).intermediate_size == 37
+
+
+def test_tester_config_failure_falls_back(tmp_path: Path) -> None:
+    checkout = _fake_checkout(tmp_path, "raise RuntimeError('broken test file')\n")
+    assert tiny_models.tester_config("llama", checkout) is None
+    assert tiny_config("llama", checkout=checkout).hidden_size == tiny_models.HIDDEN
