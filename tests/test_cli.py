@@ -17,7 +17,8 @@ def test_import_and_help_load_no_backend_packages():
         "from click.testing import CliRunner\n"
         "from hfexport.cli import main\n"
         "assert CliRunner().invoke(main, ['--help']).exit_code == 0\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnxruntime', 'onnxscript', 'executorch'))\n"
+        "backends = ('onnx', 'onnxruntime', 'onnxscript', 'executorch')\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in backends)\n"
         "print(heavy)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

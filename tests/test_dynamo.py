@@ -62,7 +62,7 @@ def test_round_trip_equals_eager(dynamic_export):
 
 
 def test_dynamic_export_runs_at_other_sizes(dynamic_export):
-    name, model, directory = dynamic_export
+    _name, model, directory = dynamic_export
     loaded = ExportedModel.from_pretrained(directory)
     inputs = sample_inputs(model, batch_size=3, seq_length=11, seed=1)
     with torch.no_grad():
@@ -71,7 +71,7 @@ def test_dynamic_export_runs_at_other_sizes(dynamic_export):
 
 
 def test_saved_files_and_manifest(dynamic_export):
-    name, model, directory = dynamic_export
+    _name, model, directory = dynamic_export
     manifest = json.loads((directory / "export.json").read_text())
     assert sorted(p.name for p in directory.iterdir()) == ["config.json", "export.json", "model.pt2"]
     assert manifest["schema_version"] == 1
@@ -103,7 +103,7 @@ def test_static_export_specializes_shapes(tmp_path):
     inputs = sample_inputs(model)
     loaded = ExportedModel.from_pretrained(DynamoExporter().export(model, inputs).save_pretrained(tmp_path / "b"))
     assert max_abs_diff(loaded(**inputs), model(**inputs)) <= TOLERANCE
-    with pytest.raises(Exception, match="(?i)shape|size|expected"):
+    with pytest.raises(Exception, match=r"(?i)shape|size|expected"):
         loaded(**sample_inputs(model, batch_size=3, seq_length=5))
 
 
