@@ -1,0 +1,226 @@
+"""The ONNX backend: export -> save -> from_pretrained -> onnxruntime, compared with eager, and its workarounds."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+from transformers import PretrainedConfig
+
+onnxruntime = pytest.importorskip("onnxruntime")
+
+from hfexport.exporters import (  # noqa: E402
+    AutoExportConfig,
+    AutoHfExporter,
+    ExportedModel,
+    ExportStageError,
+    exporter_onnx,
+)
+from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E402
+from hfexport.exporters.runner_onnx import OnnxRunner  # noqa: E402
+from hfexport.exporters.utils import _NODE_FIXES, all_workarounds  # noqa: E402
+from hfexport.tiny_models import sample_inputs, tiny_model  # noqa: E402
+
+TOLERANCE = 1e-4
+# CLIPModel rather than clip's default head: the dual encoder (text and image towers) is what CLIP exports are for.
+MODELS = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gpt2",
+    "bert",
+    "roberta",
+    "t5",
+    "bart",
+    "vit",
+    "resnet",
+    "wav2vec2",
+    "whisper",
+    "CLIPModel",
+]
+
+
+def max_abs_diff(actual, expected) -> float:
+    actual_leaves, expected_leaves = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
+    assert len(actual_leaves) == len(expected_leaves)
+    return max(float((a.float() - e.float()).abs().max()) for a, e in zip(actual_leaves, expected_leaves, strict=True))
+
+
+def assert_matches_eager(exported: ExportedModel, model: torch.nn.Module, inputs: dict) -> float:
+    outputs = exported(**inputs)
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert type(outputs) is type(expected)
+    # Same fields and leaves (a cache's non-tensor context, e.g. a sliding window's length, is the traced one).
+    assert list(outputs.keys()) == list(expected.keys()) if hasattr(expected, "keys") else True
+    diff = max_abs_diff(outputs, expected)
+    assert diff <= TOLERANCE, diff
+    return diff
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def round_trip(request, tmp_path_factory):
+    """One dynamic export per model, saved and loaded back: every test of a model shares it."""
+    model = tiny_model(request.param)
+    config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
+    exported = AutoHfExporter.from_config(config).export(model, sample_inputs(model), config)
+    directory = exported.save_pretrained(tmp_path_factory.mktemp(request.param) / "export")
+    return model, ExportedModel.from_pretrained(directory), directory
+
+
+def test_round_trip_equals_eager(round_trip):
+    model, loaded, _ = round_trip
+    diff = assert_matches_eager(loaded, model, sample_inputs(model, seed=1))
+    print(f"{type(model).__name__}: max abs diff {diff:.2e}")
+
+
+def test_other_batch_and_sequence_length(round_trip):
+    model, loaded, _ = round_trip
+    assert_matches_eager(loaded, model, sample_inputs(model, batch_size=3, seq_length=5, seed=2))
+
+
+def test_saved_files_and_readable_names(round_trip):
+    _, loaded, directory = round_trip
+    assert {"model.onnx", "export.json", "config.json"} <= {p.name for p in directory.iterdir()}
+    manifest = json.loads((directory / "export.json").read_text())
+    assert {"onnx", "onnxscript", "onnxruntime"} <= set(manifest["versions"])
+    component = manifest["components"]["model"]
+    assert component["timings"]["torch.onnx.export"] > 0
+    graph = loaded.programs["model"].graph
+    assert [v.name for v in graph.outputs] == component["output_names"]
+    assert {v.name for v in graph.inputs} <= set(component["input_names"])
+    first = graph.inputs[0]
+    assert first.shape[0] == exporter_onnx.ir.SymbolicDim("batch_size"), first.shape
+
+
+def test_llm_names_and_cache_outputs():
+    model = tiny_model("llama")
+    exported = OnnxExporter().export(model, sample_inputs(model), OnnxConfig(dynamic=True))
+    graph = exported.programs["model"].graph
+    assert [v.name for v in graph.inputs] == ["input_ids", "attention_mask"]
+    assert [str(d) for d in graph.inputs[0].shape] == ["batch_size", "sequence_length"]
+    assert [v.name for v in graph.outputs][:3] == ["logits", "past_key_values.0.key", "past_key_values.0.value"]
+
+
+def test_external_data_and_session_options(tmp_path, monkeypatch):
+    model = tiny_model("bert")
+    inputs = sample_inputs(model)
+    exported = OnnxExporter().export(model, inputs, OnnxConfig(optimize=False))
+    monkeypatch.setattr(exporter_onnx, "EXTERNAL_DATA_THRESHOLD_BYTES", 0)
+    directory = exported.save_pretrained(tmp_path / "bert")
+    assert (directory / "model.onnx.data").is_file()
+    assert "model.onnx.data" in json.loads((directory / "export.json").read_text())["files"]
+    loaded = ExportedModel.from_pretrained(directory)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    loaded.runner = OnnxRunner(loaded, providers=["CPUExecutionProvider"], session_options=options)
+    assert loaded.runner.session("model").get_providers() == ["CPUExecutionProvider"]
+    assert_matches_eager(loaded, model, inputs)
+    assert loaded.components["model"]["optimized"] is False
+
+
+def test_failure_names_its_stage():
+    class Unsupported(torch.nn.Module):
+        def forward(self, x):
+            return torch.linalg.eigvals(x).real  # no ONNX lowering exists for eigvals
+
+    with pytest.raises(ExportStageError) as raised:
+        OnnxExporter().export_program(Unsupported(), {"x": torch.randn(3, 3)}, OnnxConfig())
+    assert str(raised.value).startswith("onnx · stage 4 ONNX translations")
+
+
+def test_import_hfexport_does_not_import_onnx():
+    code = "import sys, hfexport, hfexport.exporters; assert 'onnx' not in sys.modules, 'onnx imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+def test_registry_lists_tables():
+    kinds = {(w.kind, w.name) for w in all_workarounds("onnx")}
+    assert ("onnx_translation", "_aten_grouped_mm") in kinds
+    assert ("ir_fix", "_fix_ir_bool_where") in kinds
+
+
+# ── One test per workaround: the export fails or is wrong without it ──
+
+
+@contextlib.contextmanager
+def without(registry: list, name: str) -> Iterator[None]:
+    """Take one workaround out of a registry list (patches, node fixes or IR fixes) for the block."""
+    removed = [entry for entry in registry if getattr(entry, "__name__", getattr(entry, "name", None)) == name]
+    assert removed, name
+    for entry in removed:
+        registry.remove(entry)
+    try:
+        yield
+    finally:
+        registry.extend(removed)
+
+
+@contextlib.contextmanager
+def without_translation(function) -> Iterator[None]:
+    table = exporter_onnx._ONNX_TRANSLATION_TABLE
+    removed = {key: value for key, value in table.items() if value is function}
+    assert removed
+    for key in removed:
+        del table[key]
+    try:
+        yield
+    finally:
+        table.update(removed)
+
+
+def _module(forward) -> torch.nn.Module:
+    """A one-function module with the config attribute ``HfExporter.export`` records."""
+    module = type("Op", (torch.nn.Module,), {"forward": forward})()
+    module.config = PretrainedConfig()
+    return module
+
+
+def test_fix_reshape_of_strided_view_is_needed():
+    model = tiny_model("t5")
+    inputs = sample_inputs(model)
+    with without(_NODE_FIXES["onnx"], "_fix_reshape_of_strided_view"), pytest.raises(ExportStageError) as raised:
+        OnnxExporter().export_program(model, inputs, OnnxConfig(dynamic=True))
+    assert str(raised.value).startswith("onnx · stage 2 ONNX patches") and "Cannot view" in str(raised.value)
+    # With the fix, t5 round-trips in test_round_trip_equals_eager[t5].
+
+
+def test_aten_sym_floordiv_is_needed():
+    # The ceil-div idiom on a dynamic size, as minimax_m3_vl counts key blocks.
+    module = _module(lambda self, x: x.new_zeros(x.shape[0], -(-x.shape[1] // 3)) + 1)
+    x = torch.randn(3, 10)
+    with without_translation(exporter_onnx._aten_sym_floordiv):
+        wrong = OnnxExporter().export(module, {"x": torch.randn(2, 8)}, OnnxConfig(dynamic=True))
+        assert wrong(x=x).shape != module(x=x).shape
+    exported = OnnxExporter().export(module, {"x": torch.randn(2, 8)}, OnnxConfig(dynamic=True))
+    assert exported(x=x).shape == module(x=x).shape == (3, 4)
+
+
+def test_aten_grouped_mm_is_needed():
+    model = tiny_model("mixtral")
+    inputs = sample_inputs(model)
+    with without_translation(exporter_onnx._aten_grouped_mm), pytest.raises(ExportStageError) as raised:
+        OnnxExporter().export_program(model, inputs, OnnxConfig(dynamic=True))
+    assert str(raised.value).startswith("onnx · stage 4 ONNX translations")
+    exported = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
+    assert_matches_eager(exported, model, sample_inputs(model, batch_size=3, seq_length=5, seed=1))
+
+
+def test_fix_ir_bool_where_is_needed():
+    module = _module(lambda self, x: (x > 0).masked_fill(x.abs() > 1, True))
+    inputs = {"x": torch.randn(4, 8)}
+    with without(exporter_onnx._IR_FIXES, "_fix_ir_bool_where"):
+        broken = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
+        with pytest.raises(Exception, match="Where"):
+            broken(**inputs)
+    exported = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
+    x = torch.randn(3, 5)
+    assert torch.equal(exported(x=x), module(x=x))
