@@ -1,0 +1,283 @@
+"""Render a gate report as GitHub markdown: the PR comment, report.md and the job summary.
+
+The report may come from an untrusted pull-request run, so every string taken from it is escaped here: no raw
+HTML, no links or images, no ``@mention`` pings or ``#123`` cross-references, nothing that breaks a table row.
+The body always fits ``max_chars``: detail sections are dropped first, then table rows; the marker and the
+summary line are always kept.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
+from typing import Any
+
+MARKER = "<!-- hfexport-report -->"
+TITLE = "### hfexport export report"
+MIN_CHARS = 2000  # room for the marker, the summary, the table header and the truncation notes
+
+_FAILURE_STATUSES = ("fail", "crash", "timeout", "oom", "error")
+# Characters CommonMark/GFM give a meaning to inline (emphasis, links, images, math, strikethrough).
+_MD_PUNCTUATION = frozenset("\\*_[]()!~$^{}")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "|": "&#124;", "`": "&#96;"}
+# A zero-width space after @ or # stops GitHub from turning "@user" into a ping and "#12" into a cross-reference.
+_PING = re.compile(r"([@#])(?=\w)")
+_SAFE_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")
+_BIDI_CONTROLS = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def text_size(text: str) -> int:
+    """Length in UTF-16 code units: never less than ``len``, so a body that fits here fits GitHub's count."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _plain(value: Any, limit: int) -> str:
+    """One line of untrusted text: control and bidi characters removed, cut to ``limit`` characters."""
+    text = "" if value is None else str(value)
+    chars = (" " if unicodedata.category(c) == "Cc" else c for c in text if c not in _BIDI_CONTROLS)
+    text = " ".join("".join(chars).split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def escape_inline(value: Any, limit: int = 300) -> str:
+    """Untrusted text for a markdown context (table cell, list item): rendered as the literal characters."""
+    out = []
+    for char in _PING.sub("\\1\u200b", _plain(value, limit)):
+        if char in _ENTITIES:
+            out.append(_ENTITIES[char])
+        elif char in _MD_PUNCTUATION:
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def escape_html(value: Any, limit: int = 300) -> str:
+    """Untrusted text inside an HTML block (``<summary>``), where markdown is not parsed but entities are."""
+    return "".join(_ENTITIES.get(c, c) for c in _PING.sub("\\1\u200b", _plain(value, limit)))
+
+
+def _diff(value: Any) -> str:
+    return f"{value:.1e}" if isinstance(value, int | float) and not isinstance(value, bool) else "n/a"
+
+
+def _stage(cell: dict[str, Any]) -> str:
+    """The stage without its backend prefix ("onnx · stage 4 ONNX translations" -> "stage 4 ONNX translations")."""
+    stage = str(cell.get("stage") or "")
+    prefix = f"{cell.get('backend')} · "
+    return stage[len(prefix) :] if stage.startswith(prefix) else stage
+
+
+def _error_line(cell: dict[str, Any]) -> str:
+    error_type, error = cell.get("error_type"), cell.get("error")
+    if error_type and error:
+        return f"{error_type}: {error}"
+    return str(error_type or error or "")
+
+
+def _is_failure(cell: dict[str, Any]) -> bool:
+    return cell.get("status") in _FAILURE_STATUSES
+
+
+def _icon(cell: dict[str, Any]) -> str:
+    if cell.get("status") == "skipped":
+        return "⏭️"
+    if cell.get("regression") == "fixed":
+        return "🔧"
+    if _is_failure(cell):
+        return "⚠️" if cell.get("regression") == "pre-existing" else "❌"
+    return "✅"
+
+
+def _generation_note(cell: dict[str, Any]) -> str:
+    generation = cell.get("generation")
+    if isinstance(generation, dict) and generation.get("status") == "fail":
+        return " · generation ❌"
+    return ""
+
+
+def render_cell(cell: dict[str, Any]) -> str:
+    """One table cell: icon, then the max diff, or failure kind, stage and first error line, or the skip reason."""
+    icon = _icon(cell)
+    if cell.get("status") == "skipped":
+        return f"{icon} skipped: {escape_inline(cell.get('skip_reason') or 'no reason given', 120)}"
+    if _is_failure(cell):
+        kind = escape_inline(cell.get("status"), 20)
+        label = f"pre-existing {kind}" if cell.get("regression") == "pre-existing" else kind
+        parts = [f"{icon} {label}", escape_inline(_stage(cell), 60), escape_inline(_error_line(cell), 140)]
+        return " · ".join(p for p in parts if p) + _generation_note(cell)
+    fixed = " fixed ·" if cell.get("regression") == "fixed" else ""
+    return f"{icon}{fixed} {_diff(cell.get('max_abs_diff'))}{_generation_note(cell)}"
+
+
+def _counts(report: dict[str, Any]) -> dict[str, int]:
+    summary = report.get("summary") if isinstance(report.get("summary"), dict) else {}
+    keys = ("total", "passed", "failed", "new_failures", "pre_existing", "fixed", "skipped")
+    return {key: int(summary.get(key) or 0) for key in keys}
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """The verdict first, then the counts, then what was checked."""
+    n = _counts(report)
+    if n["new_failures"]:
+        verdict = f"❌ **{n['new_failures']} new export failure{'s' if n['new_failures'] != 1 else ''}**"
+    elif n["failed"] and n["pre_existing"] < n["failed"]:
+        verdict = f"❌ **{n['failed']} export failure{'s' if n['failed'] != 1 else ''}**"
+    elif n["failed"]:
+        verdict = f"✅ **no new export failures** ({n['pre_existing']} pre-existing)"
+    else:
+        verdict = "✅ **every export passed**"
+    counts = (
+        f"{n['total']} checks: {n['passed']} passed, {n['failed']} failed "
+        f"({n['new_failures']} new, {n['pre_existing']} pre-existing), {n['fixed']} fixed, {n['skipped']} skipped"
+    )
+    backends = ", ".join(escape_inline(b, 30) for b in report.get("backends") or [])
+    selection = report.get("selection") if isinstance(report.get("selection"), dict) else {}
+    parts = [verdict, counts, f"backends: {backends}"]
+    if selection.get("reason"):
+        parts.append(f"selected: {escape_inline(selection['reason'], 200)}")
+    head = (report.get("pr") or {}).get("head_sha") or (report.get("repository") or {}).get("head")
+    if head:
+        parts.append(f"head {escape_inline(str(head)[:10])}")
+    return " · ".join(parts)
+
+
+def _rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, dict[str, Any]]]]]:
+    """Backends (columns) and, per model class, its cells by backend; rows with new failures first."""
+    backends = [str(b) for b in report.get("backends") or []]
+    by_class: dict[str, dict[str, dict[str, Any]]] = {}
+    for cell in report.get("cells") or []:
+        backend = str(cell.get("backend"))
+        if backend not in backends:
+            backends.append(backend)
+        by_class.setdefault(str(cell.get("model_class")), {})[backend] = cell
+
+    def rank(item: tuple[str, dict[str, dict[str, Any]]]) -> tuple[int, str]:
+        cells = item[1].values()
+        if any(_is_failure(c) and c.get("regression") != "pre-existing" for c in cells):
+            return 0, item[0]
+        if any(_is_failure(c) for c in cells):
+            return 1, item[0]
+        return 2, item[0]
+
+    return backends, sorted(by_class.items(), key=rank)
+
+
+def _table(backends: list[str], rows: list[tuple[str, dict[str, dict[str, Any]]]]) -> tuple[str, list[str]]:
+    header = "| model class | " + " | ".join(escape_inline(b, 30) for b in backends) + " |\n"
+    header += "|---" * (len(backends) + 1) + "|"
+    lines = []
+    for model_class, cells in rows:
+        rendered = [render_cell(cells[b]) if b in cells else "—" for b in backends]
+        lines.append(f"| {escape_inline(model_class, 100)} | " + " | ".join(rendered) + " |")
+    return header, lines
+
+
+def _failure_details(cell: dict[str, Any]) -> str:
+    title = escape_html(f"{cell.get('model_class')} · {cell.get('backend')} · {cell.get('status')}", 200)
+    items = [
+        f"- stage: {escape_inline(cell.get('stage') or 'unknown', 200)}",
+        f"- error: {escape_inline(_error_line(cell) or 'no message', 2000)}",
+    ]
+    if cell.get("regression"):
+        items.append(f"- regression: {escape_inline(cell['regression'], 20)}")
+    source = cell.get("source")
+    if isinstance(source, dict) and source.get("file"):
+        line = f":{source['line']}" if isinstance(source.get("line"), int) else ""
+        items.append(f"- source: {escape_inline(str(source['file']) + line, 300)}")
+    if cell.get("workarounds"):
+        items.append(f"- workarounds applied: {escape_inline(', '.join(map(str, cell['workarounds'])), 1000)}")
+    generation = cell.get("generation")
+    if isinstance(generation, dict) and generation.get("detail"):
+        items.append(f"- generation: {escape_inline(generation.get('detail'), 1000)}")
+    return f"<details><summary>{_icon(cell)} {title}</summary>\n\n" + "\n".join(items) + "\n\n</details>"
+
+
+def _timing(cell: dict[str, Any]) -> str:
+    total = (cell.get("timings") or {}).get("total")
+    return f"{total:.1f}s" if isinstance(total, int | float) and not isinstance(total, bool) else "n/a"
+
+
+def _passing_details(cells: Iterable[dict[str, Any]]) -> str | None:
+    rows = [
+        f"| {escape_inline(c.get('model_class'), 100)} | {escape_inline(c.get('backend'), 30)} "
+        f"| {_diff(c.get('max_abs_diff'))} | {_diff(c.get('max_rel_diff'))} | {_diff(c.get('tolerance'))} "
+        f"| {_timing(c)} | {escape_inline(', '.join(map(str, c.get('workarounds') or [])) or '—', 300)} |"
+        for c in cells
+        if c.get("status") == "pass"
+    ]
+    if not rows:
+        return None
+    header = "| model class | backend | max abs diff | max rel diff | tolerance | time | workarounds |\n" + "|---" * 7
+    header += "|"
+    summary = "<details><summary>Passing checks: diffs, timings, workarounds</summary>"
+    return f"{summary}\n\n{header}\n" + "\n".join(rows) + "\n\n</details>"
+
+
+def _footer(report: dict[str, Any]) -> str:
+    version = escape_inline(report.get("hfexport_version") or "unknown", 30)
+    return f"<sub>hfexport {version} · schema {escape_inline(report.get('schema_version'), 5)}</sub>"
+
+
+def _omitted_note(sections: int, rows: int, details_url: str | None) -> str:
+    left_out = []
+    if rows:
+        left_out.append(f"{rows} table row{'s' if rows != 1 else ''}")
+    if sections:
+        left_out.append(f"{sections} detail section{'s' if sections != 1 else ''}")
+    where = "the full report is in the job's `report.md` and JSON artifact"
+    if details_url and _SAFE_URL.fullmatch(details_url):
+        where = f"the full report is in [the job summary]({details_url})"
+    return f"_{' and '.join(left_out)} left out to stay under GitHub's size limit; {where}._"
+
+
+def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url: str | None = None) -> str:
+    """The whole markdown report, at most ``max_chars`` (UTF-16 units), starting with :data:`MARKER`."""
+    if max_chars < MIN_CHARS:
+        raise ValueError(f"max_chars must be at least {MIN_CHARS}, got {max_chars}")
+    backends, rows = _rows(report)
+    header, table_rows = _table(backends, rows)
+    cells = [c for _, by_backend in rows for c in by_backend.values()]
+    sections = [_failure_details(c) for c in cells if _is_failure(c)]
+    passing = _passing_details(cells)
+    if passing:
+        sections.append(passing)
+    top = f"{MARKER}\n{TITLE}\n\n{summary_line(report)}\n\n{header}"
+    footer = _footer(report)
+
+    def body(kept_rows: list[str], kept_sections: list[str], note: str) -> str:
+        parts = [top + "".join("\n" + r for r in kept_rows), *kept_sections]
+        if note:
+            parts.append(note)
+        parts.append(footer)
+        return "\n\n".join(parts) + "\n"
+
+    def render(rows_kept: int, sections_kept: int) -> str:
+        left_out = (len(sections) - sections_kept, len(table_rows) - rows_kept)
+        note = _omitted_note(*left_out, details_url) if any(left_out) else ""
+        return body(table_rows[:rows_kept], sections[:sections_kept], note)
+
+    def most_that_fit(count: int, text_for: Callable[[int], str]) -> int:
+        """The largest n <= count whose text fits, or -1 when not even n = 0 does (sizes grow with n)."""
+        low, high = -1, count
+        while low < high:
+            middle = (low + high + 1) // 2
+            if text_size(text_for(middle)) <= max_chars:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    # Detail sections go first (the passing one, then later failures), then table rows from the bottom.
+    sections_kept = most_that_fit(len(sections), lambda n: render(len(table_rows), n))
+    if sections_kept >= 0:
+        return render(len(table_rows), sections_kept)
+    rows_kept = most_that_fit(len(table_rows), lambda n: render(n, 0))
+    if rows_kept >= 0:
+        return render(rows_kept, 0)
+    # Not even the summary fits: cut its end (the marker comes first, so it stays).
+    text = render(0, 0)
+    while text_size(text) > max_chars - 2:
+        text = text[: max_chars - 2 - text_size(text)]
+    return text + "…\n"

@@ -1,0 +1,1 @@
+"""GitHub integration: the sticky PR comment (``hfexport comment``)."""

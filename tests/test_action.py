@@ -1,0 +1,256 @@
+"""The composite action: its metadata, and its `run:` steps executed with bash as written.
+
+The steps run the way the runner runs a composite action's `run:` steps (`bash --noprofile --norc -eo pipefail`),
+with `${{ }}` expressions evaluated from a fake GitHub context, files for GITHUB_OUTPUT / GITHUB_STEP_SUMMARY, an
+event file, and the local GitHub server. Steps that `uses:` another action are not run here (they need the
+runner); their configuration is checked instead. This machine is offline, so pip is told to use what is installed
+(PIP_NO_INDEX, no build isolation) in a virtual environment that sees the system packages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from checkout_fixture import LLAMA, LLAMA_CLASSES, commit, git, llama_source, make_checkout
+from fake_github import FakeGitHub
+
+from hfexport.gate.markdown import MARKER
+
+ROOT = Path(__file__).resolve().parents[1]
+ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
+STEPS = ACTION["runs"]["steps"]
+EXPRESSION = re.compile(r"\$\{\{(.*?)\}\}", re.S)
+TOKEN = "ghs_actionT0ken"
+
+
+# ── A small evaluator for the GitHub expressions the action uses: paths, literals, == != && || ! () ──
+
+
+def _lookup(context: dict[str, Any], path: str) -> Any:
+    value: Any = context
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else value
+
+
+def evaluate(expression: str, context: dict[str, Any]) -> Any:
+    def token(match: re.Match[str]) -> str:
+        text = match.group(0)
+        if text.startswith("'"):
+            return repr(text[1:-1])
+        return {"&&": " and ", "||": " or ", "!": " not "}.get(text) or f"_get({text!r})"
+
+    python = re.sub(r"'[^']*'|&&|\|\||!(?!=)|[A-Za-z_][\w-]*(?:\.[\w-]+)*", token, expression)
+    return eval(python, {"_get": lambda path: _lookup(context, path)})
+
+
+def interpolate(text: str, context: dict[str, Any]) -> str:
+    return EXPRESSION.sub(lambda m: str(evaluate(m.group(1), context)), str(text))
+
+
+def condition(step: dict[str, Any], context: dict[str, Any]) -> bool:
+    if "if" not in step:
+        return True
+    expression = step["if"]
+    match = EXPRESSION.fullmatch(expression.strip())
+    return bool(evaluate(match.group(1) if match else expression, context))
+
+
+# ── Metadata ──
+
+
+def test_action_metadata_parses_and_every_input_is_used_through_env_or_with():
+    assert ACTION["runs"]["using"] == "composite"
+    expected = {"backends", "models", "base-ref", "jobs", "shard", "python-version", "comment", "token"}
+    assert expected <= set(ACTION["inputs"])
+    references = " ".join(json.dumps([step.get("env", {}), step.get("with", {}), step.get("if", "")]) for step in STEPS)
+    for name in ACTION["inputs"]:
+        assert re.search(rf"inputs\.{re.escape(name)}\b(?!-)", references), f"input {name} is never used"
+    for step in STEPS:
+        if "run" in step:
+            assert "${{" not in step["run"], f"{step['name']}: an expression interpolated into run:"
+            assert step["shell"] == "bash"
+    assert set(ACTION["outputs"]) == {"report-path", "regressions"}
+    ids = {step.get("id") for step in STEPS}
+    for output in ACTION["outputs"].values():
+        assert re.fullmatch(r"\$\{\{ steps\.([\w-]+)\.outputs\.[\w-]+ \}\}", output["value"]).group(1) in ids
+
+
+def test_steps_that_use_other_actions_are_configured():
+    uses = {step["uses"].split("@")[0]: step for step in STEPS if "uses" in step}
+    assert set(uses) == {"actions/setup-python", "actions/cache", "actions/upload-artifact"}
+    assert uses["actions/setup-python"]["with"]["python-version"] == "${{ inputs.python-version }}"
+    cache = uses["actions/cache"]["with"]
+    assert (cache["path"], cache["key"]) == ("${{ steps.pip-cache.outputs.dir }}", "${{ steps.pip-cache.outputs.key }}")
+    upload = uses["actions/upload-artifact"]
+    assert upload["if"] == "steps.check.outputs.report-path != ''"
+    assert upload["with"]["path"] == "${{ runner.temp }}/hfexport-report"
+    assert upload["with"]["name"] == "${{ steps.check.outputs.artifact-name }}"
+    order = [step.get("uses", step["name"]).split("@")[0] for step in STEPS]
+    assert order.index("actions/setup-python") == 0
+    assert order.index("actions/cache") < order.index("Install hfexport") < order.index("Run hfexport check")
+
+
+@pytest.mark.parametrize(
+    ("event", "inputs", "posts"),
+    [
+        ({"pull_request": {"head": {"repo": {"full_name": "acme/transformers"}}}}, {}, True),
+        ({"pull_request": {"head": {"repo": {"full_name": "someone/transformers"}}}}, {}, False),  # a fork
+        ({"pull_request": {"head": {"repo": {"full_name": "acme/transformers"}}}}, {"comment": "false"}, False),
+        ({"pull_request": {"head": {"repo": {"full_name": "acme/transformers"}}}}, {"shard": "2/4"}, False),
+        ({}, {}, False),  # a push: no pull request
+    ],
+)
+def test_comment_step_runs_only_where_it_can_and_should(event, inputs, posts):
+    step = next(s for s in STEPS if s["name"] == "Comment on the pull request")
+    context = {
+        "inputs": {name: spec.get("default", "") for name, spec in ACTION["inputs"].items()} | inputs,
+        "github": {"event": event, "repository": "acme/transformers"},
+        "steps": {"check": {"outputs": {"report-path": "/tmp/report.json"}}},
+    }
+    assert condition(step, context) is posts
+
+
+# ── The steps, run ──
+
+
+def _outputs(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return dict(pairs)
+
+
+def _action_copy(destination: Path) -> Path:
+    """What `uses: hf/export-check@v1` checks out: the repository at a tag (here, the files the action needs)."""
+    destination.mkdir()
+    for name in ("action.yml", "pyproject.toml", "constraints.txt", "README.md"):
+        if (ROOT / name).exists():
+            shutil.copy(ROOT / name, destination / name)
+    if not (destination / "README.md").exists():
+        (destination / "README.md").write_text("hfexport\n")
+    shutil.copytree(ROOT / "hfexport", destination / "hfexport", ignore=shutil.ignore_patterns("__pycache__"))
+    return destination
+
+
+def test_run_steps_execute_as_written(tmp_path):
+    # The PR: a feature branch touching llama on top of main, checked out as the workspace.
+    workspace = make_checkout(tmp_path / "workspace")
+    base = git(workspace, "rev-parse", "HEAD")
+    git(workspace, "checkout", "-q", "-b", "feature")
+    head = commit(workspace, {LLAMA: llama_source().replace("class LlamaModel(", "# edit\nclass LlamaModel(")}, "edit")
+    action_path = _action_copy(tmp_path / "action")
+    runner_temp = tmp_path / "runner-temp"
+    runner_temp.mkdir()
+    venv = tmp_path / "venv"  # what setup-python provides: a Python of its own (that sees the installed torch)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    event = {
+        "number": 7,
+        "pull_request": {
+            "number": 7,
+            "head": {"sha": head, "repo": {"full_name": "acme/transformers"}},
+            "base": {"sha": base, "repo": {"full_name": "acme/transformers"}},
+        },
+    }
+    event_path = tmp_path / "event.json"
+    event_path.write_text(json.dumps(event))
+    summary = tmp_path / "step-summary.md"
+    summary.touch()
+
+    with FakeGitHub(repository="acme/transformers", pr_number=7, head_sha=head) as github:
+        github.add_token(TOKEN, "github-actions[bot]", has_user_endpoint=False)
+        base_env = {
+            "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
+            "HOME": os.environ.get("HOME", str(tmp_path)),
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_ACTION_PATH": str(action_path),
+            "GITHUB_WORKSPACE": str(workspace),
+            "GITHUB_REPOSITORY": "acme/transformers",
+            "GITHUB_EVENT_NAME": "pull_request",
+            "GITHUB_EVENT_PATH": str(event_path),
+            "GITHUB_API_URL": github.api_url,
+            "GITHUB_SERVER_URL": "https://github.example",
+            "GITHUB_RUN_ID": "42",
+            "GITHUB_STEP_SUMMARY": str(summary),
+            "RUNNER_OS": "Linux",
+            "RUNNER_TEMP": str(runner_temp),
+            # Offline machine: install from what is there (pip's find-links / installed packages).
+            "PIP_NO_INDEX": "1",
+            "PIP_NO_BUILD_ISOLATION": "0",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
+        context: dict[str, Any] = {
+            "github": {
+                "event": event,
+                "event_name": "pull_request",
+                "repository": "acme/transformers",
+                "token": TOKEN,
+                "workspace": str(workspace),
+                "action_path": str(action_path),
+            },
+            "runner": {"os": "Linux", "temp": str(runner_temp)},
+            "steps": {},
+        }
+        given = {"backends": "dynamo", "torch-index-url": ""}
+        context["inputs"] = {
+            name: given.get(name, interpolate(spec.get("default", ""), context))
+            for name, spec in ACTION["inputs"].items()
+        }
+
+        ran = []
+        for index, step in enumerate(STEPS):
+            if "uses" in step or not condition(step, context):
+                continue
+            output_file = tmp_path / f"output-{index}"
+            output_file.touch()
+            env = base_env | {k: interpolate(v, context) for k, v in step.get("env", {}).items()}
+            env["GITHUB_OUTPUT"] = str(output_file)
+            result = subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+                cwd=workspace,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert result.returncode == 0, f"{step['name']}:\n{result.stdout}\n{result.stderr}"
+            ran.append((step["name"], result.stdout + result.stderr))
+            if "id" in step:
+                context["steps"][step["id"]] = {"outputs": _outputs(output_file)}
+
+    names = [name for name, _ in ran]
+    assert names == [
+        "Compute the pip cache key",
+        "Install hfexport",
+        "Install the transformers checkout",
+        "Run hfexport check",
+        "Write the job summary",
+        "Comment on the pull request",
+        "Fail on new export failures",
+    ]
+    logs = dict(ran)
+    key = context["steps"]["pip-cache"]["outputs"]["key"]
+    assert re.fullmatch(r"hfexport-pip-Linux-py3\.11-dynamo-[0-9a-f]{16}", key)
+    assert "not a transformers checkout" in logs["Install the transformers checkout"]  # a partial checkout
+    check = context["steps"]["check"]["outputs"]
+    report_path = Path(check["report-path"])
+    assert report_path == runner_temp / "hfexport-report" / "report.json"
+    assert (check["exit-code"], check["regressions"], check["artifact-name"]) == ("0", "0", "hfexport-report-1-of-1")
+    report = json.loads(report_path.read_text())
+    assert report["pr"] == {"number": 7, "head_sha": head}
+    assert report["repository"]["base"] == base  # the PR's range: base-ref defaulted to the event's base
+    assert sorted(c["model_class"] for c in report["cells"]) == sorted(LLAMA_CLASSES)
+    assert summary.read_text().startswith(MARKER)  # written by `check --report-dir`, once
+    assert summary.read_text().count(MARKER) == 1
+    (posted,) = github.comments
+    assert posted["user"]["login"] == "github-actions[bot]" and posted["body"].startswith(MARKER)
+    assert "created comment on PR #7" in logs["Comment on the pull request"]
+    for _, log in ran:
+        assert TOKEN not in log

@@ -1,0 +1,162 @@
+"""The markdown report: what a reviewer reads on the PR, rendered with a real CommonMark+tables parser."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from markdown_it import MarkdownIt
+
+from hfexport.gate.markdown import MARKER, render_markdown, text_size
+
+HOSTILE = (
+    "Evil<img src=x onerror=alert(1)>|@octocat `code` [link](https://evil.example) ![i](x.png) **b** $x$\n| a | b |"
+)
+
+
+def cell(model_class: str, backend: str, status: str = "pass", **extra: Any) -> dict[str, Any]:
+    failed = status not in ("pass", "skipped")
+    base = {
+        "model_type": "llama",
+        "model_class": model_class,
+        "backend": backend,
+        "status": status,
+        "regression": "new" if failed else None,
+        "stage": f"{backend} · stage 4 ONNX translations" if failed else None,
+        "error_type": "RuntimeError" if failed else None,
+        "error": "aten::foo has no lowering" if failed else None,
+        "max_abs_diff": None if failed else 1.5e-6,
+        "max_rel_diff": None if failed else 2e-5,
+        "tolerance": 1e-4,
+        "timings": {"export": 1.0, "run": 0.1, "total": 1.2},
+        "workarounds": [],
+        "skip_reason": None,
+        "source": {"file": "src/transformers/models/llama/modeling_llama.py", "line": 10},
+        "generation": None,
+    }
+    return base | extra
+
+
+def report(cells: list[dict[str, Any]], backends: tuple[str, ...] = ("dynamo", "onnx", "executorch")) -> dict[str, Any]:
+    failed = [c for c in cells if c["status"] not in ("pass", "skipped")]
+    return {
+        "schema": "hfexport-report",
+        "schema_version": 1,
+        "hfexport_version": "0.1.0",
+        "created_at": "2026-01-01T00:00:00Z",
+        "engine": "hfexport",
+        "repository": {"root": "/repo", "base": "b" * 40, "head": "a" * 40},
+        "pr": {"number": 7, "head_sha": "a" * 40},
+        "backends": list(backends),
+        "selection": {"mode": "diff", "model_types": ["llama"], "representative": False, "reason": "llama changed"},
+        "shard": {"index": 1, "count": 1},
+        "cells": cells,
+        "summary": {
+            "total": len(cells),
+            "passed": sum(c["status"] == "pass" for c in cells),
+            "failed": len(failed),
+            "new_failures": sum(c["regression"] == "new" for c in failed),
+            "pre_existing": sum(c["regression"] == "pre-existing" for c in failed),
+            "fixed": sum(c["regression"] == "fixed" for c in cells),
+            "skipped": sum(c["status"] == "skipped" for c in cells),
+        },
+        "exit_code": 1 if any(c["regression"] == "new" for c in failed) else 0,
+    }
+
+
+def html(markdown: str) -> str:
+    return MarkdownIt("commonmark").enable("table").enable("strikethrough").render(markdown)
+
+
+def table_rows(rendered: str) -> list[list[str]]:
+    body = rendered.split("<tbody>")[1].split("</tbody>")[0]
+    return [re.findall(r"<td>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+
+
+def test_every_cell_state_has_its_icon_and_facts():
+    text = render_markdown(
+        report(
+            [
+                cell("LlamaModel", "dynamo"),
+                cell("LlamaModel", "onnx", "crash"),
+                cell("LlamaModel", "executorch", "fail", regression="pre-existing"),
+                cell("LlamaForCausalLM", "dynamo", regression="fixed"),
+                cell("LlamaForCausalLM", "onnx", "skipped", skip_reason="data-dependent loop in the router"),
+            ]
+        )
+    )
+    assert text.startswith(MARKER + "\n")
+    assert "❌ **1 new export failure**" in text
+    rows = {r[0]: r[1:] for r in table_rows(html(text))}
+    assert rows["LlamaModel"][0] == "✅ 1.5e-06"
+    assert rows["LlamaModel"][1] == "❌ crash · stage 4 ONNX translations · RuntimeError: aten::foo has no lowering"
+    assert rows["LlamaModel"][2].startswith("⚠️ pre-existing fail · ")
+    assert rows["LlamaForCausalLM"] == ["🔧 fixed · 1.5e-06", "⏭️ skipped: data-dependent loop in the router", "—"]
+    assert list(rows) == ["LlamaModel", "LlamaForCausalLM"]  # rows with a new failure come first
+    assert "<details><summary>❌ LlamaModel · onnx · crash</summary>" in text
+
+
+def test_hostile_text_renders_inert_and_keeps_the_table_shape():
+    hostile = cell(HOSTILE, "onnx", "crash", error=HOSTILE, error_type="Error`|", stage="onnx · stage 1 <b>@x</b>")
+    text = render_markdown(report([cell(HOSTILE, "dynamo"), hostile, cell(HOSTILE, "executorch", "skipped")]))
+    rendered = html(text)
+    for tag in ("<img", "<a ", "<script", "<em", "<code", "<del", "<b>"):
+        assert tag not in rendered, tag
+    assert rendered.count("<strong>") == 1  # the verdict's own bold only
+    assert not re.search(r"@octocat|@x", rendered), "a mention would ping"
+    rows = table_rows(rendered)
+    assert len(rows) == 1 and len(rows[0]) == 4, "a | or newline in a name split the row"
+    # The reader still sees the original characters.
+    assert "Evil&lt;img src=x onerror=alert(1)&gt;|@\u200boctocat `code` [link](https://evil.example)" in rendered
+    summary = re.search(r"<summary>(.*?)</summary>", text).group(1)
+    assert "<" not in summary.replace("&lt;", "") and "@\u200b" in summary
+
+
+def test_bidi_and_control_characters_are_removed():
+    text = render_markdown(report([cell("Llama\u202eledoM\x1b[31m", "dynamo")]))
+    assert "\u202e" not in text and "\x1b" not in text
+
+
+@pytest.mark.parametrize("icon_heavy", [False, True])
+def test_oversized_report_is_cut_under_the_limit_keeping_marker_and_summary(icon_heavy):
+    status = "pass" if icon_heavy else "crash"
+    extra = {"regression": "fixed"} if icon_heavy else {"error": "x" * 2000}
+    cells = [cell(f"Model{i:04d}ForCausalLM", b, status, **extra) for i in range(700) for b in ("dynamo", "onnx")]
+    text = render_markdown(
+        report(cells, ("dynamo", "onnx")), max_chars=65000, details_url="https://github.com/a/b/runs/1"
+    )
+    assert text_size(text) <= 65000 and len(text) <= 65000
+    assert text.startswith(MARKER)
+    assert "1400 checks: " in text
+    assert "left out to stay under GitHub's size limit" in text
+    assert "[the job summary](https://github.com/a/b/runs/1)" in text
+    assert "| Model0000ForCausalLM |" in text  # the table keeps its first rows
+    assert "<details>" not in text or "</details>" in text.split("<details>")[-1]  # never a cut section
+
+
+def test_sections_go_before_rows():
+    cells = [cell(f"M{i}", "onnx", "crash", error="e" * 1500) for i in range(30)]
+    full = render_markdown(report(cells, ("onnx",)), max_chars=1_000_000)
+    cut = render_markdown(report(cells, ("onnx",)), max_chars=len(full) - 1)
+    assert cut.count("<details>") < full.count("<details>") and cut.count("| M") == 30
+    assert "1 detail section left out" in cut or "detail sections left out" in cut
+
+
+def test_unsafe_details_url_is_not_linked():
+    cells = [cell(f"M{i}", "onnx", "crash", error="e" * 1500) for i in range(60)]
+    text = render_markdown(report(cells, ("onnx",)), max_chars=20000, details_url="javascript:alert(1)")
+    assert "javascript" not in text and "job's `report.md`" in text
+
+
+def test_summary_verdicts():
+    assert "✅ **every export passed**" in render_markdown(report([cell("A", "onnx")]))
+    old = render_markdown(report([cell("A", "onnx", "fail", regression="pre-existing")]))
+    assert "✅ **no new export failures** (1 pre-existing)" in old
+    # A failure with no base to compare against (pre-commit) is a failure, not "no new failures".
+    assert "❌ **1 export failure**" in render_markdown(report([cell("A", "onnx", "fail", regression=None)]))
+
+
+def test_max_chars_below_the_minimum_is_refused():
+    with pytest.raises(ValueError, match="at least"):
+        render_markdown(report([]), max_chars=100)
