@@ -47,8 +47,19 @@ def main(verbose: bool) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Where to save (default: ./<model>-<format>).")
 @click.option("--dynamic/--static", default=True, show_default=True, help="Export with dynamic batch/sequence sizes.")
 @click.option("--for-generation", is_flag=True, help="Export prefill + decode programs for greedy generation.")
+@click.option(
+    "--max-cache-len", type=click.IntRange(min=2), help="With --for-generation: KV cache slots (prompt + new tokens)."
+)
 @click.option("--seed", default=0, show_default=True, help="Seed for tiny random weights and sample inputs.")
-def export(model: str, export_format: str, output: Path | None, dynamic: bool, for_generation: bool, seed: int) -> None:
+def export(
+    model: str,
+    export_format: str,
+    output: Path | None,
+    dynamic: bool,
+    for_generation: bool,
+    max_cache_len: int | None,
+    seed: int,
+) -> None:
     """Export MODEL: a directory saved with save_pretrained, or a model type / class name (tiny random weights).
 
     \b
@@ -57,6 +68,9 @@ def export(model: str, export_format: str, output: Path | None, dynamic: bool, f
       hfexport export ./my-bert --format executorch --static
       hfexport export LlamaForCausalLM --for-generation -o llama-gen
     """
+    if max_cache_len is not None and not for_generation:
+        raise UsageFailure("--max-cache-len only applies with --for-generation")
+
     from .exporters import AutoExportConfig, AutoHfExporter
     from .tiny_models import UnknownModelError, load_local_model, sample_inputs, tiny_model
 
@@ -72,7 +86,7 @@ def export(model: str, export_format: str, output: Path | None, dynamic: bool, f
     target = output or Path(f"{name}-{export_format}")
     click.echo(f"exporting {type(loaded).__name__} to {export_format} ({'dynamic' if dynamic else 'static'} shapes)…")
     if for_generation:
-        exported = exporter.export_for_generation(loaded, inputs, config)
+        exported = exporter.export_for_generation(loaded, inputs, config, max_cache_len=max_cache_len)
     else:
         exported = exporter.export(loaded, inputs, config)
     exported.save_pretrained(target)

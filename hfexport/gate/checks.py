@@ -1,0 +1,281 @@
+"""One cell of the gate: tiny model -> export -> save -> reload -> run on the runtime -> compare with eager.
+
+Runs inside a forked job process (see ``worker.py``); returns the cell's fields of the report as a plain dict.
+Every step is timed, and a failure names the step it happened in: an exporter's own ``ExportStageError`` names
+its stage ("onnx · stage 4 ONNX translations"), the other steps are "build", "eager", "save", "load",
+"run on <runtime>", "compare" and "generation".
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+# Largest max-abs difference from eager that still passes, per backend.
+TOLERANCES = {"dynamo": 1e-4, "onnx": 1e-4, "executorch": 1e-3}
+DEFAULT_TOLERANCE = 1e-4
+RUNTIMES = {"dynamo": "torch", "onnx": "onnxruntime", "executorch": "executorch runtime"}
+GENERATION_TOKENS = 4
+
+
+class CellFailure(Exception):
+    """Ends a cell: ``stage`` is where it failed, ``status`` is "fail" (export side) or "error" (model side)."""
+
+    def __init__(self, stage: str, error: BaseException, status: str = "fail"):
+        super().__init__(str(error))
+        self.stage = stage
+        cause = root_cause(error)
+        self.status = "oom" if isinstance(cause, MemoryError) or _out_of_memory(cause) else status
+        self.error_type = type(cause).__name__
+        self.first_line = first_line(cause)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_line(error: BaseException) -> str:
+    return _ANSI.sub("", (str(error).strip().splitlines() or [""])[0])[:500]
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The innermost cause that still says something: wrappers like torch.onnx's ConversionError say little."""
+    seen = {id(error)}
+    while True:
+        cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+        if cause is None or id(cause) in seen or not first_line(cause):
+            return error
+        seen.add(id(cause))
+        error = cause
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    # torch reports a refused allocation (RLIMIT_AS reached) as a RuntimeError, not a MemoryError.
+    return "can't allocate memory" in str(error) or "bad_alloc" in str(error)
+
+
+@contextmanager
+def step(stage: str, timings: dict[str, float], key: str, status: str = "fail") -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    except CellFailure:
+        raise
+    except Exception as error:
+        raise CellFailure(stage, error, status) from error
+    finally:
+        timings[key] = round(time.perf_counter() - started, 3)
+
+
+# ── Building the model ──
+
+
+def build_model(job: dict[str, Any], checkout: Path | None) -> Any:
+    """The tiny model of ``job["model_class"]``; classes outside the auto mappings are imported from their module."""
+    import torch
+
+    from hfexport import tiny_models
+
+    try:
+        return tiny_models.tiny_model(job["model_class"], seed=0, checkout=checkout)
+    except tiny_models.UnknownModelError:
+        if not job.get("module"):
+            raise
+    model_class = getattr(importlib.import_module(job["module"]), job["model_class"])
+    config = tiny_models.tiny_config(job["model_type"], checkout=checkout)
+    torch.manual_seed(0)
+    return model_class(config).to(torch.float32).eval()
+
+
+# ── Comparing outputs ──
+
+
+def flat_outputs(outputs: Any) -> list[tuple[str, Any]]:
+    """(name, tensor) for every tensor leaf of a model output, caches included."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    from hfexport.exporters.exporter_dynamo import leaf_names, register_cache_types
+
+    register_cache_types()
+    leaves, spec = pytree.tree_flatten(outputs)
+    try:
+        names = leaf_names(spec)
+    except Exception:
+        names = [str(i) for i in range(len(leaves))]
+    return [(n, leaf) for n, leaf in zip(names, leaves, strict=True) if isinstance(leaf, torch.Tensor)]
+
+
+def compare(expected: Any, actual: Any, tolerance: float) -> tuple[float, float, str | None]:
+    """(max abs diff, max rel diff, problem or None); rel diff is abs diff over the largest reference magnitude."""
+    import torch
+
+    reference, produced = flat_outputs(expected), flat_outputs(actual)
+    if len(reference) != len(produced):
+        names = [n for n, _ in reference]
+        return float("nan"), float("nan"), f"{len(produced)} outputs, eager returns {len(reference)}: {names}"
+    max_abs = max_rel = 0.0
+    worst: tuple[float, str] = (0.0, "")
+    for (name, ref), (_, out) in zip(reference, produced, strict=True):
+        if tuple(ref.shape) != tuple(out.shape):
+            return float("nan"), float("nan"), f"{name}: shape {tuple(out.shape)}, eager {tuple(ref.shape)}"
+        if ref.numel() == 0:
+            continue
+        ref64, out64 = ref.detach().to(torch.float64), out.detach().to(torch.float64)
+        abs_diff = float((ref64 - out64).abs().max())
+        if abs_diff != abs_diff:  # NaN where eager had none
+            return abs_diff, abs_diff, f"{name}: NaN in the exported output"
+        rel_diff = abs_diff / max(float(ref64.abs().max()), 1e-12)
+        max_abs, max_rel = max(max_abs, abs_diff), max(max_rel, rel_diff)
+        worst = max(worst, (abs_diff, name))
+    if max_abs > tolerance:
+        return max_abs, max_rel, f"{worst[1]}: max abs diff {max_abs:.3g} > {tolerance:g}"
+    return max_abs, max_rel, None
+
+
+# ── Engines ──
+
+
+def _hfexport_engine() -> tuple[Callable, Callable, Callable]:
+    from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportedModel
+
+    def export(model: Any, inputs: dict[str, Any], backend: str, generation: bool) -> Any:
+        config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+        exporter = AutoHfExporter.from_config(config)
+        if generation:
+            return exporter.export_for_generation(model, inputs, config)
+        return exporter.export(model, inputs, config)
+
+    return export, lambda exported, path: exported.save_pretrained(path), ExportedModel.from_pretrained
+
+
+def engine(name: str) -> tuple[Callable, Callable, Callable]:
+    """(export, save, load) of an engine: hfexport's exporters, or the checkout's own ``transformers.exporters``."""
+    if name == "transformers":
+        from .engine_transformers import transformers_engine
+
+        return transformers_engine()
+    return _hfexport_engine()
+
+
+def workarounds_used(exported: Any, model_module: str) -> list[str]:
+    """Fixes that changed the graph, and patches of the model's own code (torch-op patches are installed always)."""
+    model_package = model_module.rpartition(".")[0] + "."
+    names: list[str] = []
+    for component in getattr(exported, "manifest", {}).get("components", {}).values():
+        used = component.get("workarounds", {})
+        patches = [e.split(" -> ")[0] for e in used.get("patches", []) if e.split(" -> ")[-1].startswith(model_package)]
+        for name in [*patches, *used.get("fixes", [])]:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _can_generate(model: Any) -> bool:
+    return bool(model.can_generate()) and not model.config.is_encoder_decoder and "input_ids" in _forward_inputs(model)
+
+
+def _forward_inputs(model: Any) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(model.forward).parameters)
+
+
+def generation_available(engine_name: str) -> bool:
+    return engine_name == "hfexport" and importlib.util.find_spec("hfexport.exporters.generation") is not None
+
+
+# ── One cell ──
+
+
+def run_cell(job: dict[str, Any], checkout: Path | None, engine_name: str = "hfexport") -> dict[str, Any]:
+    """Check one (model class, backend): returns status, stage, error, diffs, timings and workarounds."""
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    backend = job["backend"]
+    tolerance = TOLERANCES.get(backend, DEFAULT_TOLERANCE)
+    cell: dict[str, Any] = {"tolerance": tolerance, "timings": timings, "workarounds": [], "generation": None}
+    try:
+        _check(job, checkout, engine_name, backend, tolerance, cell, timings)
+        cell.update(status="pass", stage=None, error_type=None, error=None)
+    except CellFailure as failure:
+        cell.update(status=failure.status, stage=failure.stage, error_type=failure.error_type, error=failure.first_line)
+    timings["total"] = round(time.perf_counter() - started, 3)
+    return cell
+
+
+def _check(
+    job: dict[str, Any],
+    checkout: Path | None,
+    engine_name: str,
+    backend: str,
+    tolerance: float,
+    cell: dict[str, Any],
+    timings: dict[str, float],
+) -> None:
+    import torch
+
+    from hfexport import tiny_models
+    from hfexport.exporters.utils import ExportStageError
+
+    export, save, load = engine(engine_name)
+    with step("build", timings, "build", status="error"):
+        model = build_model(job, checkout)
+        inputs = tiny_models.sample_inputs(model)
+    with step("eager", timings, "eager", status="error"), torch.no_grad():
+        expected = model(**copy.deepcopy(inputs))
+    with tempfile.TemporaryDirectory(prefix="hfexport-cell-") as scratch:
+        try:
+            with step(f"{backend} · export", timings, "export"):
+                exported = export(model, copy.deepcopy(inputs), backend, False)
+        except CellFailure as failure:
+            cause = failure.__cause__
+            if isinstance(cause, ExportStageError):
+                failure.stage = f"{cause.backend} · stage {cause.stage} {cause.stage_name}"
+            raise
+        cell["workarounds"] = workarounds_used(exported, type(model).__module__)
+        with step("save", timings, "save"):
+            save(exported, Path(scratch) / "export")
+        with step("load", timings, "load"):
+            loaded = load(Path(scratch) / "export")
+        with step(f"run on {RUNTIMES.get(backend, backend)}", timings, "run"):
+            actual = loaded(**copy.deepcopy(inputs))
+        with step("compare", timings, "compare"):
+            max_abs, max_rel, problem = compare(expected, actual, tolerance)
+            cell.update(max_abs_diff=max_abs, max_rel_diff=max_rel)
+            if problem:
+                raise AssertionError(problem)
+    if job.get("generation") and generation_available(engine_name) and _can_generate(model):
+        _check_generation(model, inputs, export, backend, cell, timings)
+
+
+def _check_generation(
+    model: Any, inputs: dict[str, Any], export: Callable, backend: str, cell: dict[str, Any], timings
+) -> None:
+    """A few greedy steps on the exported prefill/decode programs must pick eager's tokens."""
+    import torch
+
+    input_ids = inputs["input_ids"]
+    with step(f"{backend} · generation", timings, "generation"):
+        with torch.no_grad():
+            expected = model.generate(
+                input_ids=input_ids, max_new_tokens=GENERATION_TOKENS, min_new_tokens=GENERATION_TOKENS, do_sample=False
+            )
+        try:
+            exported = export(model, copy.deepcopy(inputs), backend, True)
+        except NotImplementedError:
+            return  # a decoder the generation exporter declines (e.g. no Cache returned): nothing to compare
+        produced = exported.generate(input_ids, max_new_tokens=GENERATION_TOKENS)
+        produced = produced if isinstance(produced, torch.Tensor) else torch.as_tensor(produced)
+        same = produced.shape == expected.shape and bool((produced == expected).all())
+        detail = f"{GENERATION_TOKENS} greedy tokens {'match' if same else 'differ from'} eager"
+        cell["generation"] = {"status": "pass" if same else "fail", "detail": detail}
+        if not same:
+            raise AssertionError(f"{detail}: {produced.tolist()} != {expected.tolist()}")

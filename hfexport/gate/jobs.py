@@ -1,0 +1,134 @@
+"""Parent side of the job runner: starts a warm worker process for one revision and streams its results.
+
+The worker (``worker.py``) pays the torch/transformers/backend imports once and forks an isolated child per job;
+this side only speaks JSON lines with it, so ``hfexport check`` itself never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hfexport
+
+GIB = 1024**3
+
+
+class WorkerError(RuntimeError):
+    """The worker process could not start or died (an infrastructure error, exit code 2)."""
+
+
+@dataclass
+class JobOptions:
+    jobs: int = 1
+    timeout: float = 600.0
+    memory_limit_gib: float = 16.0
+    backends: tuple[str, ...] = ("dynamo",)
+    engine: str = "hfexport"
+
+
+def _python_path(root: Path | None) -> str:
+    """hfexport importable in the worker: the revision's own copy when the repository is hfexport itself."""
+    own = str(Path(hfexport.__file__).resolve().parent.parent)
+    paths = [own, os.environ.get("PYTHONPATH", "")]
+    if root is not None and (root / "hfexport" / "__init__.py").is_file():
+        paths.insert(0, str(root))
+    return os.pathsep.join(p for p in paths if p)
+
+
+class WorkerProcess:
+    """One warm worker for the code at ``root`` (None: the installed transformers)."""
+
+    def __init__(self, root: Path | None, options: JobOptions):
+        self.log_dir = Path(tempfile.mkdtemp(prefix="hfexport-jobs-"))
+        self.stderr_path = self.log_dir / "worker.log"
+        command = [
+            sys.executable,
+            "-m",
+            "hfexport.gate.worker",
+            f"--root={root or ''}",
+            f"--jobs={options.jobs}",
+            f"--timeout={options.timeout}",
+            f"--memory-limit={int(options.memory_limit_gib * GIB)}",
+            f"--backends={','.join(options.backends)}",
+            f"--engine={options.engine}",
+            f"--log-dir={self.log_dir}",
+        ]
+        env = dict(os.environ, PYTHONPATH=_python_path(root), PYTHONUNBUFFERED="1")
+        with open(self.stderr_path, "w") as stderr:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env
+            )
+        self.ready = self._receive("ready")
+        self.backend_problems: dict[str, str] = self.ready.get("backend_problems", {})
+
+    def _receive(self, op: str) -> dict[str, Any]:
+        line = self.process.stdout.readline()
+        if not line:
+            raise WorkerError(f"the job worker exited ({self.process.wait()}): {self._stderr_tail()}")
+        message = json.loads(line)
+        if message.get("op") != op:
+            raise WorkerError(f"the job worker answered {message.get('op')!r}, expected {op!r}")
+        return message
+
+    def _stderr_tail(self) -> str:
+        lines = [line for line in self.stderr_path.read_text(errors="replace").splitlines() if line.strip()]
+        return lines[-1] if lines else "no output"
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+
+    def resolve(self, names: list[str], select_all: bool = False) -> dict[str, Any]:
+        self._send({"op": "resolve", "names": names, "all": select_all})
+        return self._receive("resolved")
+
+    def warm(self, modules: list[str]) -> None:
+        self._send({"op": "warm", "modules": modules})
+        self._receive("warmed")
+
+    def run(self, jobs: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Yield (index in ``jobs``, cell) as jobs finish; a dead worker fails the remaining jobs as errors."""
+
+        def feed() -> None:
+            try:
+                for index, job in enumerate(jobs):
+                    self._send({"op": "run", "id": index, "job": job})
+                self.process.stdin.close()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # the worker died; the reader reports it
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        remaining = set(range(len(jobs)))
+        for line in self.process.stdout:
+            message = json.loads(line)
+            if message.get("op") == "result":
+                remaining.discard(message["id"])
+                yield message["id"], message["cell"]
+        writer.join()
+        if remaining:
+            error = f"the job worker died ({self.process.wait()}): {self._stderr_tail()}"
+            for index in sorted(remaining):
+                yield index, {"status": "error", "stage": "job", "error_type": "WorkerError", "error": error}
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

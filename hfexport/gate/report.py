@@ -1,0 +1,373 @@
+"""The gate's report: the versioned JSON schema, its validator, and the JSON / JUnit / terminal / annotation views.
+
+Schema "hfexport-report" version 1 is the contract between ``check``, ``merge`` and ``comment`` (see
+docs/HELPERS.md); ``validate_report`` is its single definition in code.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import hfexport
+
+REPORT_SCHEMA = "hfexport-report"
+REPORT_SCHEMA_VERSION = 1
+STATUSES = ("pass", "fail", "crash", "timeout", "oom", "skipped", "error")
+FAILURE_STATUSES = frozenset({"fail", "crash", "timeout", "oom", "error"})
+REGRESSIONS = ("new", "pre-existing", "fixed", None)
+SELECTION_MODES = ("diff", "files", "models", "all")
+CELL_KEYS = (
+    "model_type", "model_class", "backend", "status", "regression", "stage", "error_type", "error",
+    "max_abs_diff", "max_rel_diff", "tolerance", "timings", "workarounds", "skip_reason", "source", "generation",
+)  # fmt: skip
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_cell(model_type: str, model_class: str, backend: str, **fields: Any) -> dict[str, Any]:
+    """A cell with every schema key present (None where unknown)."""
+    cell: dict[str, Any] = dict.fromkeys(CELL_KEYS)
+    cell.update(model_type=model_type, model_class=model_class, backend=backend, timings={}, workarounds=[])
+    cell.update({k: v for k, v in fields.items() if k in CELL_KEYS})
+    return cell
+
+
+def is_new_failure(cell: dict[str, Any]) -> bool:
+    return cell["status"] in FAILURE_STATUSES and cell.get("regression") != "pre-existing"
+
+
+def summarize(cells: list[dict[str, Any]]) -> dict[str, int]:
+    return {
+        "total": len(cells),
+        "passed": sum(c["status"] == "pass" for c in cells),
+        "failed": sum(c["status"] in FAILURE_STATUSES for c in cells),
+        "new_failures": sum(is_new_failure(c) for c in cells),
+        "pre_existing": sum(c.get("regression") == "pre-existing" for c in cells),
+        "fixed": sum(c.get("regression") == "fixed" for c in cells),
+        "skipped": sum(c["status"] == "skipped" for c in cells),
+    }
+
+
+def finalize(report: dict[str, Any]) -> dict[str, Any]:
+    """Fill summary and exit code from the cells: 1 when any failure is new, else 0."""
+    report["cells"].sort(key=lambda c: (c["model_type"], c["model_class"], c["backend"]))
+    report["summary"] = summarize(report["cells"])
+    report["exit_code"] = 1 if report["summary"]["new_failures"] else 0
+    return report
+
+
+def new_report(
+    engine: str,
+    backends: list[str],
+    selection: dict[str, Any],
+    repository: dict[str, Any],
+    shard: tuple[int, int] = (1, 1),
+    pr: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "schema": REPORT_SCHEMA,
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "hfexport_version": hfexport.__version__,
+        "created_at": utc_now(),
+        "engine": engine,
+        "repository": repository,
+        "pr": pr or {"number": None, "head_sha": None},
+        "backends": list(backends),
+        "selection": selection,
+        "shard": {"index": shard[0], "count": shard[1]},
+        "cells": [],
+        "summary": summarize([]),
+        "exit_code": 0,
+    }
+
+
+# ── Validation ──
+
+
+def _check_type(errors: list[str], where: str, value: Any, types: tuple[type, ...], nullable: bool = False) -> bool:
+    if value is None and nullable:
+        return True
+    if isinstance(value, bool) and bool not in types:
+        errors.append(f"{where}: expected {'/'.join(t.__name__ for t in types)}, got bool")
+        return False
+    if not isinstance(value, types):
+        errors.append(f"{where}: expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__}")
+        return False
+    return True
+
+
+def _validate_cell(errors: list[str], where: str, cell: Any) -> None:
+    if not _check_type(errors, where, cell, (dict,)):
+        return
+    missing = [k for k in CELL_KEYS if k not in cell]
+    if missing:
+        errors.append(f"{where}: missing {', '.join(missing)}")
+        return
+    for key in ("model_type", "model_class", "backend"):
+        _check_type(errors, f"{where}.{key}", cell[key], (str,))
+    if cell["status"] not in STATUSES:
+        errors.append(f"{where}.status: {cell['status']!r} is not one of {', '.join(STATUSES)}")
+    if cell["regression"] not in REGRESSIONS:
+        errors.append(f"{where}.regression: {cell['regression']!r} is not new, pre-existing, fixed or null")
+    for key in ("stage", "error_type", "error", "skip_reason"):
+        _check_type(errors, f"{where}.{key}", cell[key], (str,), nullable=True)
+    for key in ("max_abs_diff", "max_rel_diff", "tolerance"):
+        _check_type(errors, f"{where}.{key}", cell[key], (int, float), nullable=True)
+    if _check_type(errors, f"{where}.timings", cell["timings"], (dict,)):
+        for name, seconds in cell["timings"].items():
+            _check_type(errors, f"{where}.timings.{name}", seconds, (int, float))
+    if _check_type(errors, f"{where}.workarounds", cell["workarounds"], (list,)):
+        for index, name in enumerate(cell["workarounds"]):
+            _check_type(errors, f"{where}.workarounds[{index}]", name, (str,))
+    if _check_type(errors, f"{where}.source", cell["source"], (dict,), nullable=True) and cell["source"]:
+        _check_type(errors, f"{where}.source.file", cell["source"].get("file"), (str,), nullable=True)
+        _check_type(errors, f"{where}.source.line", cell["source"].get("line"), (int,), nullable=True)
+    generation = cell["generation"]
+    valid = _check_type(errors, f"{where}.generation", generation, (dict,), nullable=True)
+    if valid and generation and generation.get("status") not in ("pass", "fail"):
+        errors.append(f"{where}.generation.status: expected pass or fail")
+    if cell["status"] in FAILURE_STATUSES and not cell["error"]:
+        errors.append(f"{where}: a {cell['status']} cell needs an error")
+
+
+def validate_report(data: Any) -> list[str]:
+    """Every way ``data`` departs from schema version 1; an empty list means valid."""
+    errors: list[str] = []
+    if not _check_type(errors, "report", data, (dict,)):
+        return errors
+    if data.get("schema") != REPORT_SCHEMA:
+        errors.append(f"schema: expected {REPORT_SCHEMA!r}, got {data.get('schema')!r}")
+    if data.get("schema_version") != REPORT_SCHEMA_VERSION:
+        errors.append(f"schema_version: expected {REPORT_SCHEMA_VERSION}, got {data.get('schema_version')!r}")
+    for key in ("hfexport_version", "created_at", "engine"):
+        _check_type(errors, key, data.get(key), (str,))
+    for key in ("repository", "selection", "shard", "summary"):
+        _check_type(errors, key, data.get(key), (dict,))
+    _check_type(errors, "pr", data.get("pr"), (dict,), nullable=True)
+    if _check_type(errors, "backends", data.get("backends"), (list,)):
+        for index, backend in enumerate(data["backends"]):
+            _check_type(errors, f"backends[{index}]", backend, (str,))
+    selection = data.get("selection")
+    if isinstance(selection, dict):
+        if selection.get("mode") not in SELECTION_MODES:
+            errors.append(f"selection.mode: {selection.get('mode')!r} is not one of {', '.join(SELECTION_MODES)}")
+        _check_type(errors, "selection.model_types", selection.get("model_types"), (list,))
+        _check_type(errors, "selection.representative", selection.get("representative"), (bool,))
+    shard = data.get("shard")
+    if isinstance(shard, dict):
+        index, count = shard.get("index"), shard.get("count")
+        if not (isinstance(index, int) and isinstance(count, int) and 1 <= index <= count):
+            errors.append(f"shard: expected 1 <= index <= count, got {index!r}/{count!r}")
+    cells = data.get("cells")
+    if _check_type(errors, "cells", cells, (list,)):
+        for index, cell in enumerate(cells):
+            _validate_cell(errors, f"cells[{index}]", cell)
+    summary = data.get("summary")
+    if isinstance(summary, dict) and isinstance(cells, list) and not errors:
+        expected = summarize(cells)
+        if summary != expected:
+            errors.append(f"summary: {summary} does not match the cells ({expected})")
+    if data.get("exit_code") not in (0, 1):
+        errors.append(f"exit_code: expected 0 or 1, got {data.get('exit_code')!r}")
+    return errors
+
+
+# ── Views ──
+
+
+def _json_safe(value: Any) -> Any:
+    # NaN/inf are not JSON: a diff that could not be computed is recorded as null.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(_json_safe(report), indent=2, sort_keys=False) + "\n"
+
+
+def cell_label(cell: dict[str, Any]) -> str:
+    """One line for a cell: ``pass (max abs 2e-06)``, ``fail · onnx · stage 4 …: RuntimeError: …``."""
+    status = cell["status"]
+    if status == "pass":
+        diff = cell.get("max_abs_diff")
+        fixed = " fixed" if cell.get("regression") == "fixed" else ""
+        return f"pass{fixed}" + (f" (max abs {diff:.1e})" if isinstance(diff, (int, float)) else "")
+    if status == "skipped":
+        return f"skipped: {cell.get('skip_reason')}"
+    prefix = "pre-existing " if cell.get("regression") == "pre-existing" else ""
+    where = f" · {cell['stage']}" if cell.get("stage") else ""
+    return f"{prefix}{status}{where}: {cell.get('error_type')}: {cell.get('error')}"
+
+
+def progress_line(done: int, total: int, cell: dict[str, Any]) -> str:
+    seconds = (cell.get("timings") or {}).get("total")
+    took = f" [{seconds:.1f} s]" if isinstance(seconds, (int, float)) else ""
+    return f"[{done}/{total}] {cell['model_class']} · {cell['backend']}: {cell_label(cell)}{took}"
+
+
+def _short(cell: dict[str, Any]) -> str:
+    status = cell["status"]
+    if status == "pass":
+        return "pass" + (" (fixed)" if cell.get("regression") == "fixed" else "")
+    if status == "skipped":
+        return "skipped"
+    stage = cell.get("stage") or ""
+    stage = stage.split(" · ", 1)[-1] if " · " in stage else stage
+    marker = "(pre-existing) " if cell.get("regression") == "pre-existing" else ""
+    return f"{status.upper()} {marker}{stage}".strip()
+
+
+def terminal_table(report: dict[str, Any]) -> str:
+    """Rows = model classes, columns = backends, then one line per failure with its stage and error."""
+    backends = report["backends"]
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for cell in report["cells"]:
+        rows.setdefault(cell["model_class"], {})[cell["backend"]] = cell
+    table = [["model class", *backends]]
+    for model_class, cells in rows.items():
+        table.append([model_class, *[_short(cells[b]) if b in cells else "-" for b in backends]])
+    widths = [min(48, max(len(row[i]) for row in table)) for i in range(len(table[0]))]
+    lines = [
+        "  ".join(value[:48].ljust(width) for value, width in zip(row, widths, strict=True)).rstrip() for row in table
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    for cell in report["cells"]:
+        if cell["status"] in FAILURE_STATUSES or cell["status"] == "skipped":
+            lines.append(f"  {cell['model_class']} · {cell['backend']}: {cell_label(cell)}")
+    summary = report["summary"]
+    lines.append(
+        f"{summary['total']} cells: {summary['passed']} passed, {summary['failed']} failed "
+        f"({summary['new_failures']} new, {summary['pre_existing']} pre-existing), {summary['fixed']} fixed, "
+        f"{summary['skipped']} skipped"
+    )
+    return "\n".join(lines)
+
+
+def junit_xml(report: dict[str, Any]) -> str:
+    """One testsuite per backend, one testcase per model class; pre-existing failures and skips are skipped."""
+    root = ET.Element("testsuites", name="hfexport")
+    for backend in report["backends"]:
+        cells = [c for c in report["cells"] if c["backend"] == backend]
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"hfexport.{backend}",
+            tests=str(len(cells)),
+            failures=str(sum(c["status"] == "fail" and is_new_failure(c) for c in cells)),
+            errors=str(sum(c["status"] != "fail" and is_new_failure(c) for c in cells)),
+            skipped=str(sum(c["status"] == "skipped" or c.get("regression") == "pre-existing" for c in cells)),
+        )
+        for cell in cells:
+            seconds = (cell.get("timings") or {}).get("total") or 0
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"{backend}.{cell['model_type']}",
+                name=cell["model_class"],
+                time=f"{seconds:.3f}",
+            )
+            if cell["status"] == "skipped":
+                ET.SubElement(case, "skipped", message=cell.get("skip_reason") or "")
+            elif cell.get("regression") == "pre-existing":
+                ET.SubElement(case, "skipped", message=f"pre-existing: {cell_label(cell)}")
+            elif is_new_failure(cell):
+                tag = "failure" if cell["status"] == "fail" else "error"
+                element = ET.SubElement(
+                    case, tag, message=cell_label(cell), type=cell.get("error_type") or cell["status"]
+                )
+                element.text = cell_label(cell)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(report: dict[str, Any]) -> list[str]:
+    """``::error`` workflow commands at the model class line of every new failure."""
+    lines = []
+    for cell in report["cells"]:
+        if not is_new_failure(cell):
+            continue
+        source = cell.get("source") or {}
+        location = ""
+        if source.get("file"):
+            location = f"file={_escape_property(source['file'])}"
+            if source.get("line"):
+                location += f",line={source['line']}"
+        title = _escape_property(f"{cell['model_class']} does not export to {cell['backend']}")
+        properties = ",".join(filter(None, [location, f"title={title}"]))
+        lines.append(f"::error {properties}::{_escape_data(cell_label(cell))}")
+    return lines
+
+
+def write_reports(report: dict[str, Any], report_dir: Path, details_url: str | None = None) -> dict[str, Path]:
+    """report.json, report.md, junit.xml (and the job summary when ``$GITHUB_STEP_SUMMARY`` is set)."""
+    from .markdown import render_markdown
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    markdown = render_markdown(report, details_url=details_url)
+    written = {
+        "json": report_dir / "report.json",
+        "markdown": report_dir / "report.md",
+        "junit": report_dir / "junit.xml",
+    }
+    written["json"].write_text(to_json(report))
+    written["markdown"].write_text(markdown)
+    written["junit"].write_text(junit_xml(report))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as handle:
+            handle.write(markdown + "\n")
+    return written
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    errors = validate_report(data)
+    if errors:
+        raise ValueError(
+            f"{path}: not a valid hfexport report: {errors[0]}"
+            + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
+        )
+    return data
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Join shard reports of one sweep: cells concatenated (a repeated cell is an error), summary recomputed."""
+    if not reports:
+        raise ValueError("nothing to merge")
+    first = reports[0]
+    merged = {**first, "created_at": utc_now(), "cells": [], "shard": {"index": 1, "count": 1}}
+    merged["backends"] = list(dict.fromkeys(b for r in reports for b in r["backends"]))
+    model_types = sorted({t for r in reports for t in r["selection"].get("model_types", [])})
+    merged["selection"] = {**first["selection"], "model_types": model_types}
+    seen: set[tuple[str, str]] = set()
+    for report in reports:
+        if report["engine"] != first["engine"]:
+            raise ValueError(f"cannot merge reports of engines {first['engine']!r} and {report['engine']!r}")
+        for cell in report["cells"]:
+            key = (cell["model_class"], cell["backend"])
+            if key in seen:
+                raise ValueError(f"{key[0]} · {key[1]} appears in more than one report")
+            seen.add(key)
+            merged["cells"].append(cell)
+    return finalize(merged)

@@ -1,0 +1,338 @@
+"""``hfexport check`` end to end: selection -> jobs at head -> the failing ones again at base -> report.
+
+The base revision only costs time where it can change the verdict: a cell that passes at head is not run at base
+(unless fixes are asked for with ``report_fixed``); a cell that fails at head is run at base, in a ``git worktree``
+of the base commit, and is pre-existing when it fails there too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import changes, report
+from .jobs import JobOptions, WorkerError, WorkerProcess
+from .skips import skip_reason
+
+
+class GateError(RuntimeError):
+    """A usage or infrastructure error: exit code 2 with this one-line message."""
+
+
+@dataclass
+class Target:
+    """What to check and where its code lives."""
+
+    selection: changes.Selection
+    checkout: Path | None  # transformers checkout whose code is exported (None: the installed transformers)
+    repo_root: Path | None = None
+    base: str | None = None  # base commit: failures there are pre-existing
+    head: str | None = None  # head commit, or None for the working tree
+    head_sha: str | None = None
+
+
+@dataclass
+class CheckOptions:
+    backends: list[str] = field(default_factory=lambda: ["dynamo", "onnx", "executorch"])
+    jobs: int = 1
+    timeout: float = 600.0
+    memory_limit_gib: float = 16.0
+    engine: str = "hfexport"
+    generation: bool = True
+    shard: tuple[int, int] = (1, 1)
+    report_fixed: bool = False
+
+    def job_options(self) -> JobOptions:
+        return JobOptions(self.jobs, self.timeout, self.memory_limit_gib, tuple(self.backends), self.engine)
+
+
+# ── Selection ──
+
+
+def target_for(
+    cwd: Path,
+    files: list[str],
+    models: list[str],
+    select_all: bool,
+    base: str | None,
+    head: str | None,
+) -> Target:
+    """Decide what changed: --models / --all, explicit files, or the git range (the default)."""
+    try:
+        if models or select_all:
+            selection = changes.Selection(mode="all" if select_all else "models", names=list(models))
+            selection.reason = "--all" if select_all else f"--models {','.join(models)}"
+            return Target(selection, changes.find_checkout(cwd))
+        if files:
+            return _files_target(cwd, files)
+        root = changes.repository_root(cwd)
+        base_sha, head_sha = changes.resolve_range(root, base, head)
+        selection = changes.select_from_files(changes.changed_files(root, base_sha, head), root, "diff")
+        explicit_head = head is not None and head_sha != changes.git(root, "rev-parse", "HEAD")
+        return Target(selection, changes.find_checkout(root), root, base_sha, head if explicit_head else None, head_sha)
+    except changes.SelectionError as error:
+        raise GateError(str(error)) from None
+
+
+def _files_target(cwd: Path, files: list[str]) -> Target:
+    """Explicit file names (the pre-commit hook): compared with HEAD when inside a git repository."""
+    paths = [(cwd / name).resolve() for name in files]
+    checkout = next((c for c in map(changes.find_checkout, [p.parent for p in paths]) if c), None)
+    checkout = checkout or changes.find_checkout(cwd.resolve())
+    names = [
+        p.relative_to(checkout).as_posix() if checkout and p.is_relative_to(checkout) else p.as_posix() for p in paths
+    ]
+    selection = changes.select_from_files(names, checkout, "files")
+    try:
+        repo_root = changes.repository_root(checkout or cwd)
+        head_sha = changes.git(repo_root, "rev-parse", "--verify", "HEAD^{commit}")
+    except changes.SelectionError:
+        return Target(selection, checkout)
+    return Target(selection, checkout, repo_root, base=head_sha, head=None, head_sha=head_sha)
+
+
+def _resolve_names(worker: WorkerProcess, selection: changes.Selection, checkout: Path | None) -> None:
+    resolved = worker.resolve(selection.names, selection.mode == "all")
+    if resolved["errors"]:
+        raise GateError("; ".join(resolved["errors"]))
+    for entry in resolved["classes"]:
+        path = Path(entry["path"]) if entry["path"] else None
+        selection.classes.append(
+            changes.SelectedClass(
+                entry["model_type"],
+                entry["model_class"],
+                changes._relative(path, checkout) if path else None,
+                entry["line"],
+                entry["module"],
+            )
+        )
+
+
+# ── Jobs ──
+
+
+def shard_of(cells: list[dict[str, Any]], shard: tuple[int, int]) -> list[dict[str, Any]]:
+    """A deterministic share of the cells: stable hash of (class, backend) modulo the shard count."""
+    index, count = shard
+    return [c for c in cells if zlib.crc32(f"{c['model_class']}|{c['backend']}".encode()) % count == index - 1]
+
+
+def _job(cell: dict[str, Any], selected: changes.SelectedClass, options: CheckOptions) -> dict[str, Any]:
+    return {
+        "model_type": selected.model_type,
+        "model_class": selected.model_class,
+        "module": selected.module,
+        "backend": cell["backend"],
+        "generation": options.generation,
+    }
+
+
+def _apply_result(cell: dict[str, Any], result: dict[str, Any]) -> None:
+    for key in ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation"):
+        cell[key] = result.get(key)
+    cell["timings"] = result.get("timings") or {}
+    cell["workarounds"] = result.get("workarounds") or []
+    if result.get("tolerance") is not None:
+        cell["tolerance"] = result["tolerance"]
+
+
+def _run_cells(
+    worker: WorkerProcess,
+    cells: list[tuple[dict[str, Any], changes.SelectedClass]],
+    options: CheckOptions,
+    on_result: Callable[[dict[str, Any], dict[str, Any]], None],
+) -> None:
+    """Run (cell, class) pairs on a worker; ``on_result(cell, result)`` as each finishes (in finishing order)."""
+    worker.warm(sorted({s.module for _, s in cells if s.module}))
+    jobs = [_job(cell, selected, options) for cell, selected in cells]
+    for index, result in worker.run(jobs):
+        on_result(cells[index][0], result)
+
+
+@contextlib.contextmanager
+def worktree(repo_root: Path, commit: str) -> Iterator[Path]:
+    """A detached checkout of ``commit`` in a temporary directory, removed afterwards."""
+    scratch = Path(tempfile.mkdtemp(prefix="hfexport-rev-"))
+    path = scratch / "tree"
+    try:
+        changes.git(repo_root, "worktree", "add", "--detach", "--force", str(path), commit)
+        yield path
+    except changes.SelectionError as error:
+        raise GateError(f"cannot check out {commit[:12]}: {error}") from None
+    finally:
+        with contextlib.suppress(changes.SelectionError):
+            changes.git(repo_root, "worktree", "remove", "--force", str(path))
+        shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(changes.SelectionError):
+            changes.git(repo_root, "worktree", "prune")
+
+
+def _checkout_in(tree: Path, target: Target) -> Path | None:
+    """The transformers checkout inside a worktree of the repository (same place as in the repository)."""
+    if target.checkout is None or target.repo_root is None:
+        return None
+    return tree / target.checkout.relative_to(target.repo_root)
+
+
+@contextlib.contextmanager
+def _code_at(target: Target, commit: str | None) -> Iterator[Path | None]:
+    """The checkout holding the code of ``commit`` (None: the working tree as it is)."""
+    if commit is None or target.repo_root is None:
+        yield target.checkout
+        return
+    with worktree(target.repo_root, commit) as tree:
+        yield _checkout_in(tree, target) or tree
+
+
+def _start(checkout: Path | None, options: CheckOptions) -> WorkerProcess:
+    try:
+        worker = WorkerProcess(checkout, options.job_options())
+    except WorkerError as error:
+        raise GateError(str(error)) from None
+    if worker.backend_problems:
+        worker.close()
+        backend, problem = next(iter(worker.backend_problems.items()))
+        raise GateError(f"backend {backend} cannot be loaded: {problem}")
+    return worker
+
+
+def _classify_against_base(cell: dict[str, Any], base: dict[str, Any]) -> None:
+    base_failed = base.get("status") in report.FAILURE_STATUSES
+    if cell["status"] in report.FAILURE_STATUSES:
+        # A class that cannot even be built at base did not exist there: its failure is new.
+        missing_at_base = base.get("stage") == "build" and cell.get("stage") != "build"
+        cell["regression"] = "pre-existing" if base_failed and not missing_at_base else "new"
+    elif cell["status"] == "pass" and base_failed and base.get("stage") != "build":
+        cell["regression"] = "fixed"
+
+
+def run_check(
+    target: Target,
+    options: CheckOptions,
+    echo: Callable[[str], None] = print,
+    pr: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run the gate and return the finalized report (``exit_code`` 0 or 1)."""
+    if options.engine == "transformers":
+        from .engine_transformers import transformers_exporters_present
+
+        if not transformers_exporters_present(target.checkout):
+            raise GateError("--engine transformers: this transformers has no transformers.exporters")
+    selection = target.selection
+    repository = {
+        "root": str(target.repo_root or target.checkout or "") or None,
+        "base": target.base,
+        "head": target.head_sha,
+    }
+    with _code_at(target, target.head) as head_code:
+        head_worker = _start(head_code, options) if selection.names or selection.classes else None
+        try:
+            if head_worker is not None and selection.names:
+                _resolve_names(head_worker, selection, target.checkout)
+            result = report.new_report(
+                options.engine,
+                options.backends,
+                {
+                    "mode": selection.mode,
+                    "model_types": selection.model_types,
+                    "representative": selection.representative,
+                    "reason": selection.reason,
+                },
+                repository,
+                options.shard,
+                pr,
+            )
+            pairs = _cells(selection, options)
+            echo(f"checking {len(pairs)} cell(s): {selection.reason}")
+            done = 0
+            total = len(pairs)
+
+            def record(cell: dict[str, Any], outcome: dict[str, Any]) -> None:
+                nonlocal done
+                _apply_result(cell, outcome)
+                if cell["status"] in report.FAILURE_STATUSES and target.base is None:
+                    cell["regression"] = "new"
+                done += 1
+                echo(report.progress_line(done, total, cell))
+
+            to_run = []
+            for cell, selected in pairs:
+                if cell["status"] == "skipped":
+                    done += 1
+                    echo(report.progress_line(done, total, cell))
+                else:
+                    to_run.append((cell, selected))
+            if head_worker is not None and to_run:
+                _run_cells(head_worker, to_run, options, record)
+        finally:
+            if head_worker is not None:
+                head_worker.close()
+    result["cells"] = [cell for cell, _ in pairs]
+    if target.base is not None:
+        _compare_with_base(target, options, pairs, echo)
+    return report.finalize(result)
+
+
+def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[dict[str, Any], changes.SelectedClass]]:
+    pairs = []
+    seen = set()
+    for selected in selection.classes:
+        if selected.model_class in seen:
+            continue
+        seen.add(selected.model_class)
+        for backend in options.backends:
+            source = {"file": selected.file, "line": selected.line} if selected.file else None
+            cell = report.new_cell(selected.model_type, selected.model_class, backend, source=source)
+            reason = skip_reason(selected.model_class)
+            if reason:
+                cell.update(status="skipped", skip_reason=reason)
+            pairs.append((cell, selected))
+    keep = {id(c) for c in shard_of([c for c, _ in pairs], options.shard)}
+    return [(c, s) for c, s in pairs if id(c) in keep]
+
+
+def _compare_with_base(
+    target: Target,
+    options: CheckOptions,
+    pairs: list[tuple[dict[str, Any], changes.SelectedClass]],
+    echo: Callable[[str], None],
+) -> None:
+    """Run at base what can change the verdict (failing cells; passing ones too with ``report_fixed``)."""
+    wanted = {"pass", *report.FAILURE_STATUSES} if options.report_fixed else report.FAILURE_STATUSES
+    again = [(cell, selected) for cell, selected in pairs if cell["status"] in wanted]
+    if not again:
+        return
+    echo(f"running {len(again)} cell(s) at base {target.base[:12]} to tell new failures from pre-existing ones")
+    with _code_at(target, target.base) as base_code:
+        worker = _start(base_code, options)
+        try:
+
+            def record(cell: dict[str, Any], outcome: dict[str, Any]) -> None:
+                _classify_against_base(cell, outcome)
+                verdict = cell["regression"] or "unchanged"
+                echo(f"  base · {cell['model_class']} · {cell['backend']}: {outcome.get('status')} -> {verdict}")
+
+            _run_cells(worker, again, options, record)
+        finally:
+            worker.close()
+
+
+def pr_context(environ: dict[str, str] | Any) -> dict[str, Any]:
+    """PR number and head commit from a GitHub Actions pull_request event (nulls elsewhere)."""
+    import json
+
+    context: dict[str, Any] = {"number": None, "head_sha": None}
+    event_path = environ.get("GITHUB_EVENT_PATH")
+    if not event_path or not Path(event_path).is_file():
+        return context
+    try:
+        pull_request = json.loads(Path(event_path).read_text()).get("pull_request") or {}
+    except (OSError, ValueError):
+        return context
+    return {"number": pull_request.get("number"), "head_sha": (pull_request.get("head") or {}).get("sha")}

@@ -1,0 +1,338 @@
+"""The gate's job runner process: imports torch and transformers once, then forks one child per job.
+
+The parent (``jobs.py``) starts one worker per revision (``python -m hfexport.gate.worker``). The worker imports
+torch, transformers, hfexport and the selected backends' modules, then reads JSON requests on stdin and answers
+JSON lines on stdout. Each job runs in a child forked from this warm process, so it starts in milliseconds with
+everything imported, and a segfault, abort, hang or memory blow-up ends only that child: the worker turns it into
+the cell's result (crash / timeout / oom) and goes on. Children get ``RLIMIT_AS`` as a memory limit and are
+killed at their deadline; their stdout/stderr go to a per-job log whose last line names a crash.
+
+Code under test. With ``--root`` pointing at a transformers checkout, jobs import the checkout's code. A complete
+checkout (``src/transformers/__init__.py``) is put first on ``sys.path``. A partial one (only some
+``src/transformers/**.py`` module files, as in a test repository or a sparse checkout) is overlaid on the
+installed transformers by a meta-path finder: a module ``transformers.a.b`` whose file ``src/transformers/a/b.py``
+exists in the checkout is loaded from there, every other module (packages included) from the installed
+transformers. Either way ``transformers.models.<name>.modeling_<name>`` is the checkout's file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import resource
+import selectors
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class CheckoutOverlay(importlib.abc.MetaPathFinder):
+    """Loads ``transformers`` module files present in a partial checkout instead of the installed ones."""
+
+    def __init__(self, src: Path):
+        self.src = src
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("transformers."):
+            return None
+        candidate = self.src.joinpath(*fullname.split(".")).with_suffix(".py")
+        if candidate.is_file():
+            return importlib.util.spec_from_file_location(fullname, candidate)
+        return None
+
+
+def install_checkout(root: Path | None) -> None:
+    """Make ``import transformers...`` load the checkout's code (see the module docstring)."""
+    if root is None or not (root / "src" / "transformers").is_dir():
+        return
+    src = root / "src"
+    if (src / "transformers" / "__init__.py").is_file():
+        sys.path.insert(0, str(src))
+    else:
+        sys.meta_path.insert(0, CheckoutOverlay(src))
+
+
+# ── Requests handled in the warm process ──
+
+
+def resolve(names: list[str], select_all: bool) -> dict[str, Any]:
+    """Model types / class names -> classes (type, class, file, line, module); unknown names are errors."""
+    import inspect
+
+    from hfexport import tiny_models
+
+    classes, errors = [], []
+    if select_all:
+        names = tiny_models.all_model_types()
+    for name in names:
+        try:
+            found = tiny_models.model_classes_for_type(name.strip().lower().replace("-", "_"))
+            found = found or [tiny_models.resolve_model_class(name.strip())]
+        except (tiny_models.UnknownModelError, ImportError) as error:
+            errors.append(str(error))
+            continue
+        for model_class in found:
+            try:
+                source, line = inspect.getsourcefile(model_class), inspect.getsourcelines(model_class)[1]
+            except (OSError, TypeError):
+                source, line = None, None
+            model_type = model_class.config_class.model_type
+            classes.append(
+                {
+                    "model_type": model_type,
+                    "model_class": model_class.__name__,
+                    "path": source,
+                    "line": line,
+                    "module": model_class.__module__,
+                }
+            )
+    return {"op": "resolved", "classes": classes, "errors": errors}
+
+
+def warm(modules: list[str]) -> None:
+    """Import the modules the jobs will need once, here, so every forked child has them already."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:
+            continue
+
+
+# ── Forked jobs ──
+
+
+@dataclass
+class Child:
+    job_id: int
+    job: dict[str, Any]
+    pid: int
+    fd: int
+    deadline: float
+    log: Path
+    started: float
+    data: bytes = b""
+
+
+def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.Namespace) -> None:
+    """In the forked child: limits, quiet output, one cell, its JSON on the pipe. Never returns."""
+    status = 0
+    try:
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.setpgid(0, 0)
+        limit = int(options.memory_limit)
+        if limit > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // options.jobs))
+        from hfexport.gate.checks import run_cell
+
+        cell = run_cell(job, _root(options), options.engine)
+    except MemoryError:
+        cell = {"status": "oom", "stage": None, "error_type": "MemoryError", "error": "out of memory"}
+    except BaseException as error:
+        traceback.print_exc()
+        cell = {"status": "error", "stage": "job", "error_type": type(error).__name__, "error": str(error)[:500]}
+        status = 1
+    payload = json.dumps(cell, default=str).encode()
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(write_fd, view) :]
+    os.close(write_fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _root(options: argparse.Namespace) -> Path | None:
+    return Path(options.root) if options.root else None
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:500] if lines else ""
+
+
+def _death_cell(child: Child, wait_status: int, timed_out: bool, options: argparse.Namespace) -> dict[str, Any]:
+    """The result of a child that returned no JSON: timeout, oom (killed by the kernel) or crash."""
+    if timed_out:
+        return {"status": "timeout", "error_type": "Timeout", "error": f"no result after {options.timeout:g} s"}
+    if os.WIFSIGNALED(wait_status):
+        number = os.WTERMSIG(wait_status)
+        name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else str(number)
+        detail = _last_line(child.log)
+        if number == signal.SIGKILL:
+            return {"status": "oom", "error_type": name, "error": f"killed by {name} (out of memory?) {detail}".strip()}
+        return {"status": "crash", "error_type": name, "error": f"killed by {name}: {detail}".rstrip(": ")}
+    code = os.WEXITSTATUS(wait_status)
+    return {
+        "status": "crash",
+        "error_type": "ExitCode",
+        "error": f"exited with {code} without a result: {_last_line(child.log)}",
+    }
+
+
+class Worker:
+    def __init__(self, options: argparse.Namespace, out: Any):
+        self.options = options
+        self.out = out
+        self.queue: list[tuple[int, dict[str, Any]]] = []
+        self.children: dict[int, Child] = {}
+        self.selector = selectors.DefaultSelector()
+        self.logs = Path(options.log_dir)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.out.write(json.dumps(message, default=str) + "\n")
+        self.out.flush()
+
+    def handle(self, request: dict[str, Any]) -> None:
+        op = request.get("op")
+        if op == "resolve":
+            self.send(resolve(request.get("names", []), request.get("all", False)))
+        elif op == "warm":
+            warm(request.get("modules", []))
+            self.send({"op": "warmed"})
+        elif op == "run":
+            self.queue.append((request["id"], request["job"]))
+
+    def start_jobs(self) -> None:
+        while self.queue and len(self.children) < self.options.jobs:
+            job_id, job = self.queue.pop(0)
+            read_fd, write_fd = os.pipe()
+            log = self.logs / f"job-{job_id}.log"
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                _run_child(job, write_fd, log, self.options)
+            os.close(write_fd)
+            os.set_blocking(read_fd, False)
+            now = time.monotonic()
+            child = Child(job_id, job, pid, read_fd, now + self.options.timeout, log, now)
+            self.children[read_fd] = child
+            self.selector.register(read_fd, selectors.EVENT_READ, child)
+
+    def finish(self, child: Child, timed_out: bool) -> None:
+        self.selector.unregister(child.fd)
+        del self.children[child.fd]
+        os.close(child.fd)
+        if timed_out:
+            _kill_group(child.pid)
+        _, wait_status = os.waitpid(child.pid, 0)
+        _kill_group(child.pid)  # threads or helpers the job started must not outlive it
+        try:
+            cell = json.loads(child.data) if child.data and not timed_out else None
+        except json.JSONDecodeError:
+            cell = None
+        if cell is None:
+            cell = {"stage": None, **_death_cell(child, wait_status, timed_out, self.options)}
+            cell["timings"] = {"total": round(time.monotonic() - child.started, 3)}
+        cell["log_tail"] = _last_line(child.log) if cell.get("status") != "pass" else None
+        self.send({"op": "result", "id": child.job_id, "cell": cell})
+
+    def loop(self, stdin_fd: int) -> None:
+        # Raw reads with our own line buffer: a buffered text stream would hide read-ahead lines from select().
+        self.selector.register(stdin_fd, selectors.EVENT_READ, None)
+        stdin_open, pending = True, b""
+        while stdin_open or self.queue or self.children:
+            self.start_jobs()
+            deadline = min((c.deadline for c in self.children.values()), default=None)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            for key, _ in self.selector.select(timeout):
+                if key.data is None:
+                    chunk = os.read(stdin_fd, 1 << 16)
+                    if not chunk:
+                        self.selector.unregister(stdin_fd)
+                        stdin_open = False
+                        continue
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in filter(None, lines):
+                        self.handle(json.loads(line))
+                    continue
+                child: Child = key.data
+                chunk = os.read(child.fd, 1 << 16)
+                if chunk:
+                    child.data += chunk
+                else:
+                    self.finish(child, timed_out=False)
+            now = time.monotonic()
+            for child in [c for c in self.children.values() if c.deadline <= now]:
+                self.finish(child, timed_out=True)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _preload(backends: list[str], engine: str) -> dict[str, str]:
+    """Import everything jobs share; return why a backend cannot be loaded (its cells report it)."""
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import hfexport.gate.checks
+    import hfexport.tiny_models  # noqa: F401
+    from hfexport.exporters.auto import get_exporter_class, get_runner_class
+
+    problems = {}
+    if engine == "transformers":
+        from hfexport.gate.engine_transformers import transformers_engine
+
+        transformers_engine()
+        return problems
+    for backend in backends:
+        try:
+            get_exporter_class(backend)
+            get_runner_class(backend)
+        except (ImportError, ValueError) as error:
+            problems[backend] = f"{type(error).__name__}: {error}"
+    return problems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m hfexport.gate.worker")
+    parser.add_argument("--root", default="")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--memory-limit", type=float, default=0, help="bytes of address space per job (0: none)")
+    parser.add_argument("--backends", default="dynamo")
+    parser.add_argument("--engine", default="hfexport")
+    parser.add_argument("--log-dir", required=True)
+    options = parser.parse_args()
+    # The protocol owns the real stdout; anything else printed (library logs, warnings) goes to stderr.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    install_checkout(_root(options))
+    problems = _preload(options.backends.split(","), options.engine)
+    import transformers
+
+    out.write(
+        json.dumps(
+            {
+                "op": "ready",
+                "transformers_version": transformers.__version__,
+                "transformers_file": transformers.__file__,
+                "backend_problems": problems,
+            }
+        )
+        + "\n"
+    )
+    out.flush()
+    Worker(options, out).loop(sys.stdin.fileno())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""The gate end to end on real git repositories laid out like a transformers checkout.
+
+Each repository holds ``src/transformers/models/llama/modeling_llama.py``: a copy of the installed file cut after
+``LlamaForCausalLM`` (two model classes keep the runs short). The gate's workers overlay it on the
+installed transformers, so what gets exported is the repository's code, edits included.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import transformers
+from click.testing import CliRunner
+
+from hfexport.cli import main
+from hfexport.gate import changes, report
+from hfexport.gate.run import CheckOptions, Target, run_check, target_for
+
+INSTALLED = Path(transformers.__file__).parent
+LLAMA = "src/transformers/models/llama/modeling_llama.py"
+LLAMA_CLASSES = ["LlamaModel", "LlamaForCausalLM"]
+# torch.onnx cannot translate cumprod (decomposed to prims.prod); eager and torch.export run it fine. Multiplying by the
+# cumulative product of ones keeps the logits unchanged.
+ONNX_BREAKAGE = (
+    "        logits = self.lm_head(hidden_states)\n",
+    "        logits = self.lm_head(hidden_states)\n"
+    "        logits = logits * torch.cumprod(torch.ones_like(logits), dim=-1)\n",
+)
+
+
+def _llama_source(heads: int = 1) -> str:
+    """The installed modeling_llama.py cut after its first ``heads`` task heads (fewer classes, shorter runs)."""
+    source = (INSTALLED / "models/llama/modeling_llama.py").read_text()
+    heads_in_order = ["LlamaForSequenceClassification", "LlamaForQuestionAnswering", "LlamaForTokenClassification"]
+    cut = source.index(f"class {heads_in_order[heads - 1]}")
+    return source[:cut] + '__all__ = ["LlamaForCausalLM", "LlamaModel", "LlamaPreTrainedModel"]\n'
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env)
+    return result.stdout.strip()
+
+
+def commit(repo: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A transformers-like checkout on branch main with llama and bert modeling files."""
+    root = tmp_path / "transformers"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    commit(
+        root,
+        {
+            LLAMA: _llama_source(),
+            "src/transformers/models/bert/modeling_bert.py": (INSTALLED / "models/bert/modeling_bert.py").read_text(),
+            "src/transformers/cache_utils.py": (INSTALLED / "cache_utils.py").read_text(),
+            "README.md": "checkout\n",
+        },
+        "base",
+    )
+    return root
+
+
+def _run(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    monkeypatch.chdir(cwd)
+    result = CliRunner().invoke(main, args)
+    return result.exit_code, result.output
+
+
+# ── What changed ──
+
+
+def test_change_to_one_model_selects_exactly_its_classes(repo: Path) -> None:
+    git(repo, "checkout", "-q", "-b", "feature")
+    commit(repo, {LLAMA: _llama_source().replace("class LlamaModel(", "# touched\nclass LlamaModel(")}, "touch llama")
+    target = target_for(repo, [], [], False, None, None)
+    assert target.base == git(repo, "rev-parse", "main")
+    assert target.selection.mode == "diff"
+    assert [c.model_class for c in target.selection.classes] == LLAMA_CLASSES
+    assert target.selection.model_types == ["llama"]
+    assert not target.selection.representative
+    line = next(c.line for c in target.selection.classes if c.model_class == "LlamaModel")
+    assert (repo / LLAMA).read_text().splitlines()[line - 1].startswith("class LlamaModel(")
+
+
+def test_shared_code_selects_representative_set(repo: Path) -> None:
+    selection = changes.select_from_files(["src/transformers/cache_utils.py"], repo, "files")
+    assert selection.representative
+    assert {c.model_class for c in selection.classes} == {name for _, name in changes.REPRESENTATIVE_CLASSES}
+    assert "cache_utils.py" in selection.reason
+
+
+def test_abstract_bases_and_helpers_are_not_candidates(repo: Path) -> None:
+    names = [name for name, _ in changes.model_classes_in_file(repo / LLAMA, repo)]
+    assert names == LLAMA_CLASSES  # LlamaPreTrainedModel (no forward) and nn.Modules are left out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["check", "--backends", "dynamo,tpu"], "unknown backend(s) tpu"),
+        (["check", "--base", "no-such-rev"], "no-such-rev"),
+        (["check", "--shard", "3/2"], "--shard"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    code, output = _run(args, repo, monkeypatch)
+    assert code == 2
+    assert message in output
+    assert "Traceback" not in output
+
+
+def test_not_a_git_repository_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, output = _run(["check", "--backends", "dynamo"], tmp_path, monkeypatch)
+    assert code == 2
+    assert "not a git repository" in output
+
+
+def test_no_modeling_change_checks_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    git(repo, "checkout", "-q", "-b", "docs")
+    commit(repo, {"README.md": "docs only\n"}, "docs")
+    code, output = _run(["check", "--backends", "dynamo"], repo, monkeypatch)
+    assert code == 0, output
+    assert "checking 0 cell(s)" in output
+
+
+# ── Regressions against the base revision ──
+
+
+def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = git(repo, "rev-parse", "HEAD")
+    broken_source = _llama_source().replace(*ONNX_BREAKAGE)
+    assert broken_source != _llama_source()
+    broken = commit(repo, {LLAMA: broken_source}, "break onnx export of LlamaForCausalLM")
+    touched = commit(repo, {LLAMA: broken_source.replace("class LlamaModel(", "# edit\nclass LlamaModel(")}, "edit")
+    common = ["--backends", "onnx", "--no-generation", "-j", "2"]
+
+    # The breakage itself: LlamaForCausalLM fails on ONNX in an exporter stage, which is new.
+    out = tmp_path / "new"
+    code, output = _run(
+        ["check", "--base", clean, "--head", broken, *common, "--report-dir", str(out)], repo, monkeypatch
+    )
+    assert code == 1, output
+    data = json.loads((out / "report.json").read_text())
+    assert report.validate_report(data) == []
+    cells = {c["model_class"]: c for c in data["cells"]}
+    assert sorted(cells) == sorted(LLAMA_CLASSES)
+    failing = cells["LlamaForCausalLM"]
+    assert failing["status"] == "fail"
+    assert failing["regression"] == "new"
+    assert failing["stage"].startswith("onnx · stage ")
+    # cumprod decomposes to prims.prod, which has no ONNX translation: the innermost cause is reported.
+    assert (failing["error_type"], "prims.prod" in failing["error"]) == ("DispatchError", True)
+    assert failing["source"]["file"] == LLAMA
+    assert cells["LlamaModel"]["status"] == "pass"
+    assert cells["LlamaModel"]["max_abs_diff"] <= cells["LlamaModel"]["tolerance"]
+    assert data["summary"]["new_failures"] == 1 and data["exit_code"] == 1
+    junit = (out / "junit.xml").read_text()
+    assert 'name="LlamaForCausalLM"' in junit and "<failure" in junit
+    assert (out / "report.md").read_text().startswith("<!-- hfexport-report -->")
+    annotations = report.github_annotations(data)
+    assert annotations == [a for a in annotations if a.startswith(f"::error file={LLAMA},line=")]
+
+    # A later change to the same model: the failure already happens at base, so the gate passes.
+    out = tmp_path / "old"
+    code, output = _run(
+        ["check", "--base", broken, "--head", touched, *common, "--report-dir", str(out)], repo, monkeypatch
+    )
+    assert code == 0, output
+    data = json.loads((out / "report.json").read_text())
+    failing = next(c for c in data["cells"] if c["model_class"] == "LlamaForCausalLM")
+    assert (failing["status"], failing["regression"]) == ("fail", "pre-existing")
+    assert data["summary"]["pre_existing"] == 1 and data["summary"]["new_failures"] == 0
+    assert next(c for c in data["cells"] if c["model_class"] == "LlamaModel")["regression"] is None
+
+
+# ── Isolation ──
+
+
+def test_crash_hang_and_oom_become_cell_results(repo: Path) -> None:
+    patched = _llama_source(heads=3) + (
+        "\n\nimport os as _os\nimport time as _time\n\n\n"
+        "def _abort(self, *args, **kwargs):\n    _os.abort()\n\n\n"
+        "def _hang(self, *args, **kwargs):\n    _time.sleep(3600)\n\n\n"
+        "def _eat(self, *args, **kwargs):\n    return torch.ones(64 * 2**30, dtype=torch.uint8)\n\n\n"
+        "LlamaForSequenceClassification.forward = _abort\nLlamaForCausalLM.forward = _hang\n"
+        "LlamaForQuestionAnswering.forward = _eat\n"
+    )
+    commit(repo, {LLAMA: patched}, "crash and hang")
+    selection = changes.select_from_files([LLAMA], repo, "files")
+    options = CheckOptions(backends=["dynamo"], jobs=3, timeout=40, memory_limit_gib=8, generation=False)
+    lines: list[str] = []
+    result = run_check(Target(selection, repo), options, echo=lines.append)
+    status = {c["model_class"]: c for c in result["cells"]}
+    assert status["LlamaForSequenceClassification"]["status"] == "crash"
+    assert status["LlamaForSequenceClassification"]["error_type"] == "SIGABRT"
+    assert status["LlamaForCausalLM"]["status"] == "timeout"
+    assert status["LlamaForQuestionAnswering"]["status"] == "oom"
+    assert status["LlamaModel"]["status"] == "pass"
+    assert result["exit_code"] == 1
+    assert sum(line.startswith("[") for line in lines) == 4  # one progress line per finished job
+
+
+# ── Reports ──
+
+
+def _cell(model_class: str, backend: str, status: str, regression: str | None = None) -> dict:
+    failing = status in report.FAILURE_STATUSES
+    return report.new_cell(
+        "llama",
+        model_class,
+        backend,
+        status=status,
+        regression=regression,
+        stage="onnx · stage 4 ONNX translations" if failing else None,
+        error_type="RuntimeError" if failing else None,
+        error="aten.index_put: no translation" if failing else None,
+        max_abs_diff=None if failing else 1e-6,
+        tolerance=1e-4,
+        timings={"total": 1.0},
+        source={"file": LLAMA, "line": 10},
+    )
+
+
+def test_shards_partition_the_cells_and_merge_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hfexport.gate.run import shard_of
+
+    cells = [_cell(f"Class{i}", b, "pass") for i in range(10) for b in ("dynamo", "onnx")]
+    shares = [shard_of(cells, (k, 3)) for k in (1, 2, 3)]
+    assert sorted(id(c) for share in shares for c in share) == sorted(id(c) for c in cells)
+    assert shard_of(cells, (2, 3)) == shares[1]  # deterministic
+    selection = {"mode": "all", "model_types": ["llama"], "representative": False, "reason": "--all"}
+    paths = []
+    for k, share in enumerate(shares, start=1):
+        part = report.new_report(
+            "hfexport", ["dynamo", "onnx"], selection, {"root": None, "base": None, "head": None}, (k, 3)
+        )
+        part["cells"] = share
+        if k == 2:
+            share[0].update(_cell(share[0]["model_class"], share[0]["backend"], "fail", "new"))
+        report.finalize(part)
+        assert report.validate_report(part) == []
+        paths.append(tmp_path / f"shard{k}.json")
+        paths[-1].write_text(report.to_json(part))
+    code, output = _run(["merge", *map(str, paths), "--report-dir", str(tmp_path / "merged")], tmp_path, monkeypatch)
+    merged = json.loads((tmp_path / "merged" / "report.json").read_text())
+    assert code == 1, output
+    assert report.validate_report(merged) == []
+    assert merged["summary"]["total"] == 20 and merged["summary"]["new_failures"] == 1
+
+
+def test_validator_names_what_is_wrong() -> None:
+    data = report.finalize(
+        report.new_report("hfexport", ["onnx"], {"mode": "models", "model_types": [], "representative": False}, {})
+    )
+    data["cells"].append(_cell("LlamaModel", "onnx", "exploded"))
+    errors = report.validate_report(data)
+    assert any("cells[0].status" in e for e in errors)
+
+
+def test_annotations_escape_and_skip_pre_existing() -> None:
+    data = report.new_report("hfexport", ["onnx"], {"mode": "models", "model_types": [], "representative": False}, {})
+    data["cells"] = [_cell("A", "onnx", "fail", "new"), _cell("B", "onnx", "fail", "pre-existing")]
+    data["cells"][0]["error"] = "line1, with: 100%\nline2"
+    lines = report.github_annotations(report.finalize(data))
+    assert len(lines) == 1
+    assert lines[0].startswith(f"::error file={LLAMA},line=10,title=A does not export to onnx::")
+    assert "100%25" in lines[0] and "%0A" in lines[0]
+
+
+def test_cli_runs_without_importing_torch() -> None:
+    # The parent only orchestrates: torch is paid for once, in the warm worker.
+    code = "import sys, hfexport.cli, hfexport.gate.run, hfexport.gate.report; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
