@@ -202,7 +202,11 @@ def _backends(_ctx: click.Context, _param: click.Parameter, value: str) -> list[
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--base", help="Base revision (default: merge base of HEAD with the default branch).")
 @click.option("--head", help="Head revision (default: the working tree).")
-@click.option("--models", help="Model types or class names, comma-separated, instead of a git range.")
+@click.option(
+    "--models",
+    help="Model types or class names, comma-separated, instead of a git range; "
+    "'representative' is the built-in set (llama, bert, vit, t5).",
+)
 @click.option("--all", "select_all", is_flag=True, help="Every architecture of the installed transformers.")
 @click.option("--backends", default=",".join(FORMATS), show_default=True, callback=_backends, help="Comma-separated.")
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1), help="Jobs run in parallel.")

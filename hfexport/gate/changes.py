@@ -32,6 +32,7 @@ REPRESENTATIVE_CLASSES = (
     ("vit", "ViTForImageClassification"),
     ("t5", "T5ForConditionalGeneration"),
 )
+REPRESENTATIVE_NAMES = tuple(class_name for _, class_name in REPRESENTATIVE_CLASSES)
 
 
 class SelectionError(ValueError):

@@ -66,7 +66,10 @@ def target_for(
     """Decide what changed: --models / --all, explicit files, or the git range (the default)."""
     try:
         if models or select_all:
-            selection = changes.Selection(mode="all" if select_all else "models", names=list(models))
+            # "representative" stands for the built-in set used when shared code changes.
+            names = [n for m in models for n in (changes.REPRESENTATIVE_NAMES if m == "representative" else [m])]
+            selection = changes.Selection(mode="all" if select_all else "models", names=names)
+            selection.representative = "representative" in models
             selection.reason = "--all" if select_all else f"--models {','.join(models)}"
             return Target(selection, changes.find_checkout(cwd))
         if files:
