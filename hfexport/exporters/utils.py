@@ -168,6 +168,8 @@ def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str
     """Every (workaround, reason) whose target path does not resolve in the installed packages."""
     missing = []
     for workaround in all_workarounds(backend):
+        if workaround.kind != "patch":
+            continue  # translation-table keys name ops, not importable paths
         for target in workaround.targets:
             try:
                 resolve_path(target)
