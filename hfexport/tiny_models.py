@@ -65,6 +65,24 @@ _MAIN_HEAD_MAPPINGS = (
 )
 
 # ── Tiny sizes ──
+# The architectures every backend must export and round-trip (one per family the exporters treat differently).
+CORE_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gpt2",
+    "bert",
+    "roberta",
+    "t5",
+    "bart",
+    "vit",
+    "resnet",
+    "wav2vec2",
+    "whisper",
+    "clip",
+)
+
 HIDDEN = 32
 HEADS = 4
 KV_HEADS = 2
@@ -379,8 +397,9 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, 
         if key in _SKIPPED_KEYS or key not in declared:
             continue
         if isinstance(value, list) and old_layers and new_layers and len(value) == old_layers > new_layers:
-            # One entry per layer (layer_types, ...): derived or not, it must match the new layer count.
-            kwargs[key] = _shrink_layer_list(value, new_layers)
+            # One entry per layer (layer_types, ...): derived or not, it must match the new layer count. Per-stage
+            # sizes (swin's depths and num_heads) are then shrunk like any list, or heads stop dividing widths.
+            kwargs[key] = _shrink_value(key, _shrink_layer_list(value, new_layers), token_ids)
             continue
         shrunk = _shrink_value(key, value, token_ids)
         if shrunk is value and value is not None and _declared_default(config_cls, key) is None:
@@ -523,6 +542,11 @@ def _forward_parameters(model: PreTrainedModel) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
+def _required_parameters(model: PreTrainedModel) -> set[str]:
+    parameters = inspect.signature(model.forward).parameters.values()
+    return {p.name for p in parameters if p.default is inspect.Parameter.empty and p.kind <= p.KEYWORD_ONLY}
+
+
 def _is_dual_encoder(model: PreTrainedModel, parameters: set[str]) -> bool:
     # CLIP-like models embed text and image separately; VLMs instead splice images at placeholder tokens.
     config = model.config
@@ -552,6 +576,9 @@ def sample_inputs(
         inputs["input_values"] = torch.randn(batch_size, length, generator=generator)
     elif main_input == "input_features":
         inputs["input_features"] = _input_features(config, batch_size, seq_length, generator)
+    if "input_ids" not in inputs and "input_ids" in _required_parameters(model):
+        # Vision-first models whose forward still requires text (Blip2Model, GroundingDino).
+        inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
     if "input_ids" in inputs and "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones(batch_size, seq_length, dtype=torch.long)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:

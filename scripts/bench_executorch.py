@@ -19,22 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODELS = [
-    "llama",
-    "mistral",
-    "qwen2",
-    "gemma",
-    "gpt2",
-    "bert",
-    "roberta",
-    "t5",
-    "bart",
-    "vit",
-    "resnet",
-    "wav2vec2",
-    "whisper",
-    "clip",
-]
+from hfexport.tiny_models import CORE_MODEL_TYPES
 
 
 def ours(dynamic: bool) -> Callable[[Any, dict], Any]:
@@ -71,7 +56,7 @@ def timed(export: Callable[[Any, dict], Any], name: str) -> tuple[float, float] 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--models", nargs="+", default=list(CORE_MODEL_TYPES))
     parser.add_argument("--dynamic", action="store_true", help="export with dynamic shapes (default: static)")
     args = parser.parse_args()
 

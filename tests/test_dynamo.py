@@ -6,38 +6,13 @@ import json
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
+from support import max_abs_diff
 
 from hfexport.exporters import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, ExportedModel
-from hfexport.tiny_models import sample_inputs, tiny_model
+from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
 
-MODELS = [
-    "llama",
-    "mistral",
-    "qwen2",
-    "gemma",
-    "gpt2",
-    "bert",
-    "roberta",
-    "t5",
-    "bart",
-    "vit",
-    "resnet",
-    "wav2vec2",
-    "whisper",
-    "clip",
-]
+MODELS = list(CORE_MODEL_TYPES)
 TOLERANCE = 1e-4
-
-
-def max_abs_diff(actual, expected) -> float:
-    """Largest difference over every tensor leaf; the two structures must flatten to the same leaves."""
-    actual_leaves, actual_spec = pytree.tree_flatten(actual)
-    expected_leaves, expected_spec = pytree.tree_flatten(expected)
-    assert type(actual) is type(expected)
-    assert len(actual_leaves) == len(expected_leaves), (actual_spec, expected_spec)
-    diffs = [(a.float() - e.float()).abs().max().item() for a, e in zip(actual_leaves, expected_leaves, strict=True)]
-    return max(diffs)
 
 
 @pytest.fixture(scope="module", params=MODELS)

@@ -7,9 +7,10 @@ import sys
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
 
 pytest.importorskip("executorch")
+
+from support import max_abs_diff
 
 from hfexport.exporters import ExportedModel, ExportStageError
 from hfexport.exporters import utils as export_utils
@@ -19,33 +20,12 @@ from hfexport.exporters.exporter_executorch import (
     prepare_for_cuda,
     program_bytes,
 )
-from hfexport.tiny_models import sample_inputs, tiny_model
+from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
 
 TOLERANCE = 1e-3
 # Every architecture family the issue names, on XNNPACK with static shapes (the CI default).
-XNNPACK_MODELS = [
-    "llama",
-    "mistral",
-    "qwen2",
-    "gemma",
-    "gpt2",
-    "bert",
-    "roberta",
-    "t5",
-    "bart",
-    "vit",
-    "resnet",
-    "wav2vec2",
-    "whisper",
-    "clip",
-]
+XNNPACK_MODELS = list(CORE_MODEL_TYPES)
 PORTABLE_MODELS = ["llama", "bert", "vit"]
-
-
-def max_abs_diff(actual, expected) -> float:
-    actual_leaves, expected_leaves = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
-    assert len(actual_leaves) == len(expected_leaves)
-    return max((a.float() - e.float()).abs().max().item() for a, e in zip(actual_leaves, expected_leaves, strict=True))
 
 
 def export_roundtrip(name: str, tmp_path, **options):

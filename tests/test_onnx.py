@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.utils._pytree as pytree
 from transformers import PretrainedConfig
 
 onnxruntime = pytest.importorskip("onnxruntime")
+
+from support import max_abs_diff  # noqa: E402
 
 from hfexport.exporters import (  # noqa: E402
     AutoExportConfig,
@@ -26,32 +27,11 @@ from hfexport.exporters import (  # noqa: E402
 from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E402
 from hfexport.exporters.runner_onnx import OnnxRunner  # noqa: E402
 from hfexport.exporters.utils import _NODE_FIXES, all_workarounds  # noqa: E402
-from hfexport.tiny_models import sample_inputs, tiny_model  # noqa: E402
+from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model  # noqa: E402
 
 TOLERANCE = 1e-4
 # CLIPModel rather than clip's default head: the dual encoder (text and image towers) is what CLIP exports are for.
-MODELS = [
-    "llama",
-    "mistral",
-    "qwen2",
-    "gemma",
-    "gpt2",
-    "bert",
-    "roberta",
-    "t5",
-    "bart",
-    "vit",
-    "resnet",
-    "wav2vec2",
-    "whisper",
-    "CLIPModel",
-]
-
-
-def max_abs_diff(actual, expected) -> float:
-    actual_leaves, expected_leaves = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
-    assert len(actual_leaves) == len(expected_leaves)
-    return max(float((a.float() - e.float()).abs().max()) for a, e in zip(actual_leaves, expected_leaves, strict=True))
+MODELS = ["CLIPModel" if name == "clip" else name for name in CORE_MODEL_TYPES]
 
 
 def assert_matches_eager(exported: ExportedModel, model: torch.nn.Module, inputs: dict) -> float:
