@@ -21,7 +21,7 @@ import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
 from .base import ExportConfigMixin, HfExporter
-from .utils import PatchReport, apply_patches, export_stage, register_patch
+from .utils import PatchReport, apply_patches, export_stage
 
 # ── Stage 1: Forward-signature patch ──
 # torch.export binds inputs against ``inspect.signature(model.forward)``; a forward taking ``**kwargs`` would
@@ -48,13 +48,9 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 
 # ── Stage 2: Model patches ──
 # Swap model methods torch.export cannot trace for export-safe equivalents, for the duration of one export.
-# Extend with ``@register_patch("dynamo", "transformers.models.<name>.modeling_<name>.<Class>.<method>")``.
-
-
-@register_patch("dynamo", "transformers.models.nllb_moe.modeling_nllb_moe.NllbMoeTop2Router._cast_classifier")
-def _patch_classifier_cast(_original):
-    # NllbMoeTop2Router casts its classifier weights to another dtype in forward, which torch.export cannot trace.
-    return lambda self, *args, **kwargs: None
+# Extend with ``@register_patch("dynamo", "transformers.models.<name>.modeling_<name>.<Class>.<method>")``; the
+# patches are installed by ``DynamoExporter.export_program`` around the trace. No architecture of the tested
+# transformers version needs one on every backend (SPEC.md's NllbMoe example traces as it is in 5.23).
 
 
 # ── Stage 3: Pytree registration ──
@@ -75,9 +71,11 @@ def _class_from_path(path: str) -> type:
 
 
 def _is_walkable_object(value: Any) -> bool:
-    from transformers.cache_utils import Cache, CacheLayerMixin
+    # Hybrid models (qwen3_next, bailing_hybrid, jamba, ...) keep conv/recurrent states in linear-attention layers,
+    # which do not derive from CacheLayerMixin.
+    from transformers.cache_utils import Cache, CacheLayerMixin, DummyLayer, LinearAttentionCacheLayerMixin
 
-    return isinstance(value, (Cache, CacheLayerMixin))
+    return isinstance(value, (Cache, CacheLayerMixin, LinearAttentionCacheLayerMixin, DummyLayer))
 
 
 def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
@@ -97,13 +95,13 @@ def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
     if isinstance(value, (list, tuple)):
         return {"list" if isinstance(value, list) else "tuple": [_flatten_to_context(v, leaves) for v in value]}
     if isinstance(value, dict):
-        return {"dict": {str(k): _flatten_to_context(v, leaves) for k, v in value.items()}}
+        context = {"dict": {str(k): _flatten_to_context(v, leaves) for k, v in value.items()}}
+        # Linear-attention layers index their states by int: keep the key type through the JSON context.
+        return {**context, "int_keys": True} if value and all(type(k) is int for k in value) else context
     if _is_walkable_object(value):
         attributes = {name: _flatten_to_context(v, leaves) for name, v in vars(value).items()}
         return {"object": _class_path(type(value)), "attributes": attributes}
-    raise TypeError(
-        f"cannot flatten {type(value).__name__} inside a cache: add a branch to _flatten_to_context"
-    )
+    raise TypeError(f"cannot flatten {type(value).__name__} inside a cache: add a branch to _flatten_to_context")
 
 
 def _unflatten_from_context(context: Any, leaves: Iterator[Any]) -> Any:
@@ -121,7 +119,8 @@ def _unflatten_from_context(context: Any, leaves: Iterator[Any]) -> Any:
         items = [_unflatten_from_context(c, leaves) for c in context.get("list", context.get("tuple"))]
         return items if "list" in context else tuple(items)
     if "dict" in context:
-        return {k: _unflatten_from_context(c, leaves) for k, c in context["dict"].items()}
+        key = int if context.get("int_keys") else str
+        return {key(k): _unflatten_from_context(c, leaves) for k, c in context["dict"].items()}
     instance = object.__new__(_class_from_path(context["object"]))
     for name, attribute_context in context["attributes"].items():
         setattr(instance, name, _unflatten_from_context(attribute_context, leaves))
