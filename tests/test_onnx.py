@@ -26,7 +26,7 @@ from hfexport.exporters import (  # noqa: E402
 )
 from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E402
 from hfexport.exporters.runner_onnx import OnnxRunner  # noqa: E402
-from hfexport.exporters.utils import _NODE_FIXES, all_workarounds  # noqa: E402
+from hfexport.exporters.utils import _NODE_FIXES, _PATCHES, Workaround, all_workarounds  # noqa: E402
 from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -171,6 +171,30 @@ def test_fix_reshape_of_strided_view_is_needed():
         OnnxExporter().export_program(model, inputs, OnnxConfig(dynamic=True))
     assert str(raised.value).startswith("onnx · stage 2 ONNX patches") and "Cannot view" in str(raised.value)
     # With the fix, t5 round-trips in test_round_trip_equals_eager[t5].
+
+
+def test_patch_refix_after_decompositions_reruns_node_fixes_on_the_decomposed_graph():
+    # torch.onnx decomposes the program itself; without the stage 2 hook the node fixes never see that graph.
+    seen: list[set[str]] = []
+
+    def _fix_record(graph_module, node):
+        if node.op == "placeholder":
+            seen[-1].add(str(id(graph_module)))
+        return False
+
+    module = _module(lambda self, x: torch.nn.functional.silu(x).softmax(-1))
+    recorder = Workaround("onnx", "fx_node_fix", _fix_record)
+    _NODE_FIXES["onnx"].append(recorder)
+    try:
+        seen.append(set())
+        OnnxExporter().export_program(module, {"x": torch.randn(2, 8)}, OnnxConfig())
+        with without(_PATCHES["onnx"], "_patch_refix_after_decompositions"):
+            seen.append(set())
+            OnnxExporter().export_program(module, {"x": torch.randn(2, 8)}, OnnxConfig())
+    finally:
+        _NODE_FIXES["onnx"].remove(recorder)
+    # With the hook: the traced graph and the decomposed one; without it: the traced graph only.
+    assert [len(graphs) for graphs in seen] == [2, 1]
 
 
 def test_aten_sym_floordiv_is_needed():
