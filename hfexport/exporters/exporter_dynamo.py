@@ -247,12 +247,17 @@ def leaf_names(spec: pytree.TreeSpec) -> list[str]:
 # torch.export keeps what can vary dynamic and specializes the rest. ``DynamoConfig.dynamic_shapes`` overrides it.
 
 
-def auto_dynamic_shapes(sample_inputs: dict[str, Any]) -> dict[str, Any]:
-    """``Dim.AUTO`` on every dimension; a pytree-registered object (a cache) gets a list per flattened leaf."""
+def auto_dynamic_shapes(sample_inputs: dict[str, Any], upper_bound: int | None = None) -> dict[str, Any]:
+    """``Dim.AUTO`` on every dimension; a pytree-registered object (a cache) gets a list per flattened leaf.
+
+    With ``upper_bound`` every dimension is capped at ``max(upper_bound, traced size)``.
+    """
 
     def for_value(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            return dict.fromkeys(range(value.dim()), Dim.AUTO)
+            if upper_bound is None:
+                return dict.fromkeys(range(value.dim()), Dim.AUTO)
+            return {dim: Dim.AUTO(max=max(upper_bound, size)) for dim, size in enumerate(value.shape)}
         if isinstance(value, (list, tuple)):
             return type(value)(for_value(v) for v in value)
         if isinstance(value, dict):

@@ -35,10 +35,10 @@ from executorch.exir import (  # noqa: E402
 from executorch.exir.passes.executorch_prim_ops_registry import (  # noqa: E402
     _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS,
 )
-from torch.export import Dim, ExportedProgram  # noqa: E402
+from torch.export import ExportedProgram  # noqa: E402
 from torch.fx.experimental.symbolic_shapes import free_symbols  # noqa: E402
 
-from .exporter_dynamo import DynamoConfig, DynamoExporter  # noqa: E402
+from .exporter_dynamo import DynamoConfig, DynamoExporter, auto_dynamic_shapes  # noqa: E402
 from .utils import (  # noqa: E402
     PatchReport,
     apply_node_fixes,
@@ -297,26 +297,6 @@ def _fast_lowering() -> Iterator[None]:
 # ── The exporter ──
 
 
-def _bounded_dynamic_shapes(sample_inputs: dict[str, Any], upper_bound: int) -> dict[str, Any]:
-    """``Dim.AUTO`` on every dimension as ``auto_dynamic_shapes`` does, capped at ``max(upper_bound, traced size)``.
-
-    ExecuTorch plans memory for the largest shape a program accepts, so every dynamic dimension needs a bound.
-    """
-
-    def for_value(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return {dim: Dim.AUTO(max=max(upper_bound, size)) for dim, size in enumerate(value.shape)}
-        if isinstance(value, (list, tuple)):
-            return type(value)(for_value(v) for v in value)
-        if isinstance(value, dict):
-            return {k: for_value(v) for k, v in value.items()}
-        if type(value) in pytree.SUPPORTED_NODES:
-            return [for_value(leaf) for leaf in pytree.tree_leaves(value)]
-        return None
-
-    return {name: for_value(value) for name, value in sample_inputs.items()}
-
-
 def dynamic_dim_bounds(program: ExportedProgram, input_names: list[str]) -> dict[str, dict[str, list[int]]]:
     """``{input name: {dim: [min, max]}}`` for every dynamic dimension of the user inputs of a traced program."""
     user_inputs = set(program.graph_signature.user_inputs)
@@ -358,7 +338,8 @@ class ExecutorchExporter(DynamoExporter):
             if config.fast_lowering:
                 partitioners = _unfiltered(partitioners)
         if config.dynamic and config.dynamic_shapes is None:
-            shapes = _bounded_dynamic_shapes(sample_inputs, config.dynamic_upper_bound)
+            # ExecuTorch plans memory for the largest shape a program accepts: every dynamic dimension needs a bound.
+            shapes = auto_dynamic_shapes(sample_inputs, config.dynamic_upper_bound)
             config = dataclasses.replace(config, dynamic_shapes=shapes)
         # Stages 2 and 3: DynamoExporter installs the "executorch" patches while tracing.
         program, metadata = super().export_program(model, sample_inputs, config)
