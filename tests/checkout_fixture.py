@@ -1,12 +1,8 @@
-"""A git repository laid out like a transformers checkout, for tests that run the gate end to end.
+"""A git repository laid out like a transformers checkout, for every test that runs the gate end to end.
 
-NOTE for the gate's tests (tests/test_gate.py): this is the same builder as the ``repo`` fixture there (same llama
-file, same ONNX breakage), shared so the pre-commit and Action tests do not grow a second one. Import from here
-(``from checkout_fixture import ...``) instead of keeping a copy.
-
-The repository holds ``src/transformers/models/llama/modeling_llama.py``: a copy of the installed file cut after
-``LlamaForSequenceClassification`` (three model classes keep the runs short). The gate's workers overlay it on the
-installed transformers, so what gets exported is the repository's code, edits included.
+The repository holds ``src/transformers/models/llama/modeling_llama.py``: a copy of the installed file cut after its
+first task heads (few model classes keep the runs short). The gate's workers overlay it on the installed
+transformers, so what gets exported is the repository's code, edits included.
 """
 
 from __future__ import annotations
@@ -35,9 +31,11 @@ GIT_IDENTITY = {
 }
 
 
-def llama_source() -> str:
+def llama_source(heads: int = 2) -> str:
+    """The installed modeling_llama.py cut after its first ``heads`` task heads (fewer classes, shorter runs)."""
     source = (INSTALLED / "models/llama/modeling_llama.py").read_text()
-    cut = source.index("class LlamaForQuestionAnswering")
+    heads_in_order = ["LlamaForSequenceClassification", "LlamaForQuestionAnswering", "LlamaForTokenClassification"]
+    cut = source.index(f"class {heads_in_order[heads - 1]}")
     return source[:cut] + '__all__ = ["LlamaForCausalLM", "LlamaModel", "LlamaPreTrainedModel"]\n'
 
 
@@ -57,14 +55,14 @@ def commit(repo: Path, files: dict[str, str], message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def make_checkout(root: Path) -> Path:
+def make_checkout(root: Path, heads: int = 2) -> Path:
     """A transformers-like checkout on branch main with llama and bert modeling files and cache_utils.py."""
     root.mkdir(parents=True)
     git(root, "init", "-q", "-b", "main")
     commit(
         root,
         {
-            LLAMA: llama_source(),
+            LLAMA: llama_source(heads),
             "src/transformers/models/bert/modeling_bert.py": (INSTALLED / "models/bert/modeling_bert.py").read_text(),
             "src/transformers/cache_utils.py": (INSTALLED / "cache_utils.py").read_text(),
             "README.md": "checkout\n",

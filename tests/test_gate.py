@@ -1,8 +1,6 @@
 """The gate end to end on real git repositories laid out like a transformers checkout.
 
-Each repository holds ``src/transformers/models/llama/modeling_llama.py``: a copy of the installed file cut after
-``LlamaForCausalLM`` (two model classes keep the runs short). The gate's workers overlay it on the
-installed transformers, so what gets exported is the repository's code, edits included.
+Each repository is built by ``checkout_fixture.make_checkout``; its modeling_llama.py keeps two model classes.
 """
 
 from __future__ import annotations
@@ -13,66 +11,20 @@ import sys
 from pathlib import Path
 
 import pytest
-import transformers
+from checkout_fixture import LLAMA, ONNX_BREAKAGE, commit, git, llama_source, make_checkout
 from click.testing import CliRunner
 
 from hfexport.cli import main
 from hfexport.gate import changes, report
 from hfexport.gate.run import CheckOptions, Target, run_check, target_for
 
-INSTALLED = Path(transformers.__file__).parent
-LLAMA = "src/transformers/models/llama/modeling_llama.py"
+# Cut after LlamaForCausalLM: two model classes keep the runs short.
 LLAMA_CLASSES = ["LlamaModel", "LlamaForCausalLM"]
-# torch.onnx cannot translate cumprod (decomposed to prims.prod); eager and torch.export run it fine. Multiplying by the
-# cumulative product of ones keeps the logits unchanged.
-ONNX_BREAKAGE = (
-    "        logits = self.lm_head(hidden_states)\n",
-    "        logits = self.lm_head(hidden_states)\n"
-    "        logits = logits * torch.cumprod(torch.ones_like(logits), dim=-1)\n",
-)
-
-
-def _llama_source(heads: int = 1) -> str:
-    """The installed modeling_llama.py cut after its first ``heads`` task heads (fewer classes, shorter runs)."""
-    source = (INSTALLED / "models/llama/modeling_llama.py").read_text()
-    heads_in_order = ["LlamaForSequenceClassification", "LlamaForQuestionAnswering", "LlamaForTokenClassification"]
-    cut = source.index(f"class {heads_in_order[heads - 1]}")
-    return source[:cut] + '__all__ = ["LlamaForCausalLM", "LlamaModel", "LlamaPreTrainedModel"]\n'
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env)
-    return result.stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str], message: str) -> str:
-    for name, text in files.items():
-        path = repo / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A transformers-like checkout on branch main with llama and bert modeling files."""
-    root = tmp_path / "transformers"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    commit(
-        root,
-        {
-            LLAMA: _llama_source(),
-            "src/transformers/models/bert/modeling_bert.py": (INSTALLED / "models/bert/modeling_bert.py").read_text(),
-            "src/transformers/cache_utils.py": (INSTALLED / "cache_utils.py").read_text(),
-            "README.md": "checkout\n",
-        },
-        "base",
-    )
-    return root
+    return make_checkout(tmp_path / "transformers", heads=1)
 
 
 def _run(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
@@ -86,7 +38,7 @@ def _run(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[i
 
 def test_change_to_one_model_selects_exactly_its_classes(repo: Path) -> None:
     git(repo, "checkout", "-q", "-b", "feature")
-    commit(repo, {LLAMA: _llama_source().replace("class LlamaModel(", "# touched\nclass LlamaModel(")}, "touch llama")
+    commit(repo, {LLAMA: llama_source(1).replace("class LlamaModel(", "# touched\nclass LlamaModel(")}, "touch llama")
     target = target_for(repo, [], [], False, None, None)
     assert target.base == git(repo, "rev-parse", "main")
     assert target.selection.mode == "diff"
@@ -145,8 +97,8 @@ def test_no_modeling_change_checks_nothing(repo: Path, monkeypatch: pytest.Monke
 
 def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean = git(repo, "rev-parse", "HEAD")
-    broken_source = _llama_source().replace(*ONNX_BREAKAGE)
-    assert broken_source != _llama_source()
+    broken_source = llama_source(1).replace(*ONNX_BREAKAGE)
+    assert broken_source != llama_source(1)
     broken = commit(repo, {LLAMA: broken_source}, "break onnx export of LlamaForCausalLM")
     touched = commit(repo, {LLAMA: broken_source.replace("class LlamaModel(", "# edit\nclass LlamaModel(")}, "edit")
     common = ["--backends", "onnx", "--no-generation", "-j", "2"]
@@ -194,7 +146,7 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
 
 
 def test_crash_hang_and_oom_become_cell_results(repo: Path) -> None:
-    patched = _llama_source(heads=3) + (
+    patched = llama_source(3) + (
         "\n\nimport os as _os\nimport time as _time\n\n\n"
         "def _abort(self, *args, **kwargs):\n    _os.abort()\n\n\n"
         "def _hang(self, *args, **kwargs):\n    _time.sleep(3600)\n\n\n"
