@@ -152,7 +152,9 @@ def test_sym_op_fixes(module, fix, error, options, monkeypatch):
 
 
 def test_sdpa_patch_keeps_gpt2_lowerable(monkeypatch):
-    kept = [w for w in export_utils._PATCHES["executorch"] if w.name != "_patch_sdpa_contiguous_output"]
+    # The math attention patch keeps SDPA out of the graph; without it the SDPA op needs the contiguous copy.
+    dropped = {"_patch_sdpa_contiguous_output", "_patch_sdpa_as_math_attention"}
+    kept = [w for w in export_utils._PATCHES["executorch"] if w.name not in dropped]
     monkeypatch.setitem(export_utils._PATCHES, "executorch", kept)
     model = tiny_model("gpt2")
     with pytest.raises(ExportStageError, match="Cannot view a tensor with shape"):
@@ -165,6 +167,50 @@ def test_experts_patch_keeps_moe_lowerable(tmp_path, monkeypatch):
     monkeypatch.setitem(export_utils._PATCHES, "executorch", kept)
     model = tiny_model("mixtral")
     with pytest.raises(ExportStageError, match=r"Missing out variants: .*grouped_mm_fallback"):
+        ExecutorchExporter().export_program(model, sample_inputs(model), ExecutorchConfig())
+
+
+# Each keeps ops XNNPACK rejects from cutting a model into several delegate partitions (llama: 14 without any).
+FEWEST_PARTITIONS = {"llama": 1}
+PARTITION_WORKAROUNDS = [
+    ("_patch_sdpa_as_math_attention", "llama"),
+    ("_patch_repeat_kv_as_broadcast", "llama"),
+    ("_fix_mean_last_dim_as_4d", "llama"),
+    ("_fix_cat_without_empty_tensors", "llama"),
+    ("_fix_cat_repeated_input", "llama"),
+    ("_fix_unsqueeze_as_view", "llama"),
+    ("_fix_alias_passthrough", "llama"),
+]
+
+
+def without_workaround(monkeypatch, name: str) -> None:
+    registry = export_utils._PATCHES if name.startswith("_patch_") else export_utils._NODE_FIXES
+    kept = [w for w in registry["executorch"] if w.name != name]
+    assert len(kept) == len(registry["executorch"]) - 1
+    monkeypatch.setitem(registry, "executorch", kept)
+
+
+@pytest.mark.parametrize("model_name", list(FEWEST_PARTITIONS))
+def test_partition_workarounds_keep_the_delegate_whole(model_name, tmp_path):
+    metadata = check_against_eager(model_name, tmp_path)
+    assert metadata["delegate_partitions"] == FEWEST_PARTITIONS[model_name]
+    applied = set(metadata["workarounds"]["fixes"]) | {p.split(" ")[0] for p in metadata["workarounds"]["patches"]}
+    assert {name for name, model in PARTITION_WORKAROUNDS if model == model_name} <= applied
+
+
+@pytest.mark.parametrize(("name", "model_name"), PARTITION_WORKAROUNDS)
+def test_each_partition_workaround_saves_a_split(name, model_name, monkeypatch):
+    without_workaround(monkeypatch, name)
+    model = tiny_model(model_name)
+    _, metadata = ExecutorchExporter().export_program(model, sample_inputs(model), ExecutorchConfig())
+    print(f"{model_name} without {name}: {metadata['delegate_partitions']} partitions")
+    assert metadata["delegate_partitions"] > FEWEST_PARTITIONS[model_name]
+
+
+def test_convert_to_sdpa_patch_keeps_t5_lowerable(monkeypatch):
+    without_workaround(monkeypatch, "_patch_convert_to_sdpa_noop")
+    model = tiny_model("t5")
+    with pytest.raises(ExportStageError, match="ConvertToSDPAPass"):
         ExecutorchExporter().export_program(model, sample_inputs(model), ExecutorchConfig())
 
 
