@@ -166,6 +166,8 @@ _CAPS = {
     "state_size": 16,
     "mamba_chunk_size": 32,
     "chunk_size": 32,
+    # Depthwise upsampling convs (mimi, pocket_tts) have one group per hidden channel.
+    "upsample_groups": HIDDEN,
 }
 # Channel widths of conv feature extractors, and of resnet-like stages (which widen stage by stage).
 _CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim"})
@@ -179,6 +181,12 @@ _SKIPPED_KEYS = frozenset({"transformers_version", "architectures", "_name_or_pa
 _OVERRIDES: dict[str, dict[str, Any]] = {
     # The attention pattern is expanded from (pattern, repeats) pairs to one entry per layer.
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    # Stage i reads the i-th drop-path rate of its own blocks: stage i needs at least i + 1 blocks.
+    "cvt": {"depth": [1, 2, 3]},
+    # The 2D layout embeddings are six slices of hidden_size // 6 that must add back up to hidden_size.
+    "lilt": {"hidden_size": 48},
+    # The axial position embedding halves must add up to hidden_size.
+    "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2]},
 }
 
 
@@ -401,6 +409,10 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, 
             # sizes (swin's depths and num_heads) are then shrunk like any list, or heads stop dividing widths.
             kwargs[key] = _shrink_value(key, _shrink_layer_list(value, new_layers), token_ids)
             continue
+        if key == "vocab_size" and value is None:
+            # CTC heads of speech encoders (wav2vec2-bert, wav2vec2-conformer) leave it unset by default.
+            kwargs[key] = VOCAB
+            continue
         shrunk = _shrink_value(key, value, token_ids)
         if shrunk is value and value is not None and _declared_default(config_cls, key) is None:
             # Defaulted to None and filled in by the constructor (head_dim, ...): let it redo that.
@@ -535,7 +547,7 @@ def _input_features(
     return torch.randn(batch_size, 8 * seq_length, features * channels, generator=generator)
 
 
-_FEATURE_SIZE_KEYS = ("num_mel_bins", "input_feat_per_channel", "feature_size")
+_FEATURE_SIZE_KEYS = ("feature_projection_input_dim", "num_mel_bins", "input_feat_per_channel", "feature_size")
 
 
 def _forward_parameters(model: PreTrainedModel) -> set[str]:
@@ -573,7 +585,9 @@ def sample_inputs(
         inputs["pixel_values"] = _pixel_values(config, batch_size, generator)
     elif main_input == "input_values":
         length = _waveform_length(config, seq_length)
-        inputs["input_values"] = torch.randn(batch_size, length, generator=generator)
+        # Neural audio codecs (encodec, dac, mimi, xcodec) take (batch, channels, time); speech encoders (batch, time).
+        shape = (batch_size, getattr(config, "audio_channels", 1), length) if hasattr(config, "codebook_size") else ()
+        inputs["input_values"] = torch.randn(shape or (batch_size, length), generator=generator)
     elif main_input == "input_features":
         inputs["input_features"] = _input_features(config, batch_size, seq_length, generator)
     if "input_ids" not in inputs and "input_ids" in _required_parameters(model):

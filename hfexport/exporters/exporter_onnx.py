@@ -43,7 +43,14 @@ from .utils import (  # noqa: E402
 
 # Model classes whose export skips the onnxscript optimizer, each beside the upstream bug that requires it.
 # The list is meant to shrink; no entry without a specific upstream bug.
-ONNX_DISABLE_OPTIMIZE: dict[str, str] = {}
+_SPLIT_TO_SEQUENCE_BUG = (
+    "onnxscript 0.7.2 constant folding crashes on SplitToSequence whose `split` is a non-constant scalar "
+    "(split_to_sequence reads split_value.ndim of None; the split=None case was fixed in microsoft/onnxscript#2550)"
+)
+ONNX_DISABLE_OPTIMIZE: dict[str, str] = {
+    f"transformers.models.prophetnet.modeling_prophetnet.{name}": _SPLIT_TO_SEQUENCE_BUG
+    for name in ("ProphetNetModel", "ProphetNetForConditionalGeneration", "ProphetNetForCausalLM")
+}
 
 # Above this many bytes of weights, ``model.onnx`` keeps its tensors in a ``model.onnx.data`` sidecar file.
 EXTERNAL_DATA_THRESHOLD_BYTES = 1 << 30
@@ -63,8 +70,22 @@ class OnnxConfig(DynamoConfig):
 
 # ── Stage 1: Torch patches ──
 # Replace torch ops that the ONNX exporter cannot translate as they are, while tracing (DynamoExporter installs
-# the "onnx" patches next to its own). Extend with ``@register_patch("onnx", "torch.<op>")``; no model of this
-# torch/onnxscript/onnxruntime set needs one today.
+# the "onnx" patches next to its own). Extend with ``@register_patch("onnx", "torch.<op>")``.
+
+
+@register_patch("onnx", "transformers.masking_utils._vmap_expansion_sdpa")
+def _patch_mask_expansion_by_broadcast(_original: Callable) -> Callable:
+    # unlimited_ocr, gemma3/gemma4 VLMs, t5gemma2 (custom or/and mask functions): the torch.vmap mask expansion fails
+    # in torch.onnx's run_decompositions ("tensor may have escaped from inside a function being vmapped").
+    # Mask functions only index tensors with the four index grids, so broadcasting the grids is equivalent.
+    def expansion(mask_function: Callable) -> Callable:
+        def expanded(batch: torch.Tensor, head: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+            grid = (batch[:, None, None, None], head[None, :, None, None], q[None, None, :, None], kv[None, None, None])
+            return mask_function(*grid).expand(batch.shape[0], head.shape[0], q.shape[0], kv.shape[0])
+
+        return expanded
+
+    return expansion
 
 
 # ── Stage 2: ONNX patches ──
@@ -116,6 +137,24 @@ def _fix_reshape_of_strided_view(graph_module: torch.fx.GraphModule, node: torch
         )
     contiguous.meta["val"] = value.clone(memory_format=torch.contiguous_format)
     node.replace_input_with(source, contiguous)
+    return True
+
+
+@register_fx_node_fix("onnx")
+def _fix_rsub_of_integer_tensor(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # prophetnet's `1.0 - int_mask`: torch's decomposition of aten.rsub.Scalar(integer tensor, float) finds no aten.sub
+    # overload ("Cannot find a compatible OpOverload"); cast the tensor to the promoted float dtype first.
+    if node.op != "call_function" or node.target is not torch.ops.aten.rsub.Scalar:
+        return False
+    source, scalar = node.args[0], node.args[1]
+    value = _fake_value(source)
+    if value is None or value.is_floating_point() or value.is_complex() or not isinstance(scalar, float):
+        return False
+    dtype = torch.result_type(value, scalar)
+    with graph_module.graph.inserting_before(node):
+        cast = graph_module.graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype})
+    cast.meta["val"] = value.to(dtype)
+    node.replace_input_with(source, cast)
     return True
 
 

@@ -1,0 +1,506 @@
+"""Coverage sweep: hfexport's exporters side by side with ``transformers.exporters`` on every architecture.
+
+For each selected model class and backend, the gate's own check (``hfexport.gate.run.run_check``: warm worker,
+one forked job per cell, tiny seeded model, export, save, reload, run, compare with eager) runs once per engine:
+``hfexport`` and ``transformers`` (the installed transformers' own ``transformers.exporters``). Both engines build
+the very same tiny model and sample inputs (same builder, same seed) in the same job runner, so a difference in a
+row is a difference of the exporters. Each invocation writes one gate report per engine under ``--results``;
+``render`` joins every report found there (the newest result of a cell wins) into ``docs/coverage.md``.
+
+    python scripts/coverage_sweep.py run --all --backends dynamo,onnx,executorch --shard 1/4 -j 2
+    python scripts/coverage_sweep.py run --set heads --backends dynamo,onnx --shard 2/2
+    python scripts/coverage_sweep.py run --set representative --backends executorch
+    python scripts/coverage_sweep.py run --models llama,bert --backends onnx
+    python scripts/coverage_sweep.py render
+
+Selections: ``--all`` every class the tiny-model builder lists for every model type (base model and main task
+heads); ``--set heads`` one class per model type, its main task head (the class ``hfexport export <type>``
+builds); ``--set representative`` a fixed set of architectures across families (decoder LMs, MoE,
+encoders, encoder-decoders, vision, audio); ``--models`` explicit types or classes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hfexport.gate import changes, report  # noqa: E402
+from hfexport.gate.run import CheckOptions, GateError, Target, run_check, shard_of  # noqa: E402
+
+ENGINES = ("hfexport", "transformers")
+BACKENDS = ("dynamo", "onnx", "executorch")
+DEFAULT_RESULTS = ROOT / "build" / "coverage"
+DEFAULT_DOC = ROOT / "docs" / "coverage.md"
+ENGINE_TITLES = {"hfexport": "hfexport", "transformers": "transformers.exporters"}
+
+# One or more architectures per family; the families the exporters treat differently.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "decoder LM": (
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "phi",
+        "phi3",
+        "gpt2",
+        "gpt_neox",
+        "opt",
+        "bloom",
+        "falcon",
+        "olmo2",
+        "granite",
+    ),
+    "MoE": ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "deepseek_v3"),
+    "encoder": ("bert", "roberta", "distilbert", "albert", "electra", "deberta_v2", "modernbert"),
+    "encoder-decoder": ("t5", "bart", "marian", "pegasus"),
+    "vision": ("vit", "deit", "swin", "convnext", "resnet", "dinov2"),
+    "audio": ("wav2vec2", "hubert", "whisper"),
+}
+
+
+# ── Selection ──
+
+
+def _model_type(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+@functools.cache
+def family_of(model_type: str, model_class: str) -> str:
+    """The family of ``FAMILIES`` a class belongs to: listed types by name, the others by config and head."""
+    for family, types in FAMILIES.items():
+        if model_type in {_model_type(t) for t in types}:
+            return family
+    from hfexport import tiny_models
+
+    try:
+        cls = tiny_models.resolve_model_class(model_class)
+        config = cls.config_class()
+    except Exception:
+        return "other"
+    text = config.get_text_config(decoder=True)
+    if any(isinstance(getattr(text, k, None), int) and getattr(text, k) > 1 for k in _EXPERT_KEYS):
+        return "MoE"
+    if cls.main_input_name in ("input_values", "input_features"):
+        return "audio"
+    if cls.main_input_name == "pixel_values":
+        return "vision"
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    if model_class.endswith(("ForCausalLM", "LMHeadModel")):
+        return "decoder LM"
+    if model_class.endswith("ForMaskedLM"):
+        return "encoder"
+    return "other"
+
+
+def selected_names(args: argparse.Namespace) -> list[str]:
+    """Class names (the sets) or the given types / classes (``--models``) for the gate's worker to resolve."""
+    if args.models:
+        return [name.strip() for name in args.models.split(",") if name.strip()]
+    return set_classes(_set_label(args))
+
+
+def set_classes(label: str) -> list[str]:
+    """The classes of a named selection: "all", "heads" or "representative"."""
+    if label == "representative":
+        return representative_classes()
+    from hfexport import tiny_models
+
+    names: list[str] = []
+    for model_type in tiny_models.all_model_types():
+        if label == "all":
+            names += [cls.__name__ for cls in tiny_models.model_classes_for_type(model_type)]
+        else:
+            names.append(tiny_models.resolve_model_class(model_type).__name__)
+    return list(dict.fromkeys(names))
+
+
+def in_shard(classes: list[str], backends: list[str], shard: tuple[int, int]) -> list[str]:
+    """The classes with a cell in ``shard`` (the gate shards cells by class and backend), so workers resolve no more."""
+    cells = [{"model_class": c, "backend": b} for c in classes for b in backends]
+    kept = {cell["model_class"] for cell in shard_of(cells, shard)}
+    return [c for c in classes if c in kept]
+
+
+def representative_classes() -> list[str]:
+    """The main task head of every type in ``FAMILIES``."""
+    from hfexport import tiny_models
+
+    return [tiny_models.resolve_model_class(t).__name__ for types in FAMILIES.values() for t in types]
+
+
+def _set_label(args: argparse.Namespace) -> str:
+    if args.models:
+        return "models"
+    return "all" if args.all else args.set
+
+
+# ── Running ──
+
+
+def run_sweep(
+    names: list[str],
+    backends: list[str],
+    engines: list[str],
+    results: Path,
+    label: str,
+    shard: tuple[int, int] = (1, 1),
+    jobs: int = 1,
+    timeout: float = 600.0,
+    echo: Any = print,
+) -> list[Path]:
+    """Run the gate's check on ``names`` once per engine; write and return one report file per engine."""
+    results.mkdir(parents=True, exist_ok=True)
+    written = []
+    for engine in engines:
+        selection = changes.Selection(mode="models", names=list(names), reason=f"coverage sweep ({label})")
+        options = CheckOptions(
+            backends=list(backends), jobs=jobs, timeout=timeout, engine=engine, generation=False, shard=shard
+        )
+        echo(f"── {ENGINE_TITLES[engine]} · {','.join(backends)} · {label} · shard {shard[0]}/{shard[1]}")
+        started = time.time()
+        result = run_check(Target(selection, checkout=None), options, echo=echo)
+        result["sweep"] = {"set": label, "seconds": round(time.time() - started, 1), "argv": sys.argv[1:]}
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        path = results / f"{stamp}-{engine}-{'_'.join(backends)}-{label}-{shard[0]}of{shard[1]}.json"
+        path.write_text(report.to_json(result))
+        written.append(path)
+        echo(f"   {result['summary']['passed']}/{result['summary']['total']} passed in {result['sweep']['seconds']} s")
+    return written
+
+
+# ── Rendering ──
+
+Key = tuple[str, str, str]  # (engine, model class, backend)
+
+
+def load_results(results: Path) -> tuple[dict[Key, dict[str, Any]], list[dict[str, Any]]]:
+    """The newest cell per (engine, class, backend) across every report file, and every report's header."""
+    cells: dict[Key, dict[str, Any]] = {}
+    runs = []
+    for path in sorted(results.glob("*.json")):  # names start with a UTC timestamp: later files win
+        data = json.loads(path.read_text())
+        runs.append({k: data.get(k) for k in ("engine", "backends", "sweep", "shard", "created_at", "summary")})
+        for cell in data["cells"]:
+            cells[(data["engine"], cell["model_class"], cell["backend"])] = cell
+    return cells, runs
+
+
+def _not_built(cell: dict[str, Any]) -> bool:
+    """The tiny model or its eager run failed: nothing was exported (the builder's problem, not the engine's)."""
+    return cell["status"] == "error" and cell.get("stage") in ("build", "eager")
+
+
+def _result(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "—"
+    if cell["status"] == "pass":
+        return "pass"
+    if cell["status"] == "skipped":
+        return "skipped"
+    stage = (cell.get("stage") or "").replace("|", "/")
+    error = f"{cell.get('error_type')}: {cell.get('error') or ''}".replace("|", "/").replace("\n", " ")
+    error = error if len(error) <= 90 else error[:87] + "..."
+    return f"{cell['status']} · {stage} · `{error.replace('`', '')}`"
+
+
+def _diff(cell: dict[str, Any] | None) -> str:
+    value = (cell or {}).get("max_abs_diff")
+    return f"{value:.1e}" if isinstance(value, int | float) and value == value else "—"
+
+
+def _seconds(cell: dict[str, Any] | None) -> str:
+    value = ((cell or {}).get("timings") or {}).get("export")
+    return f"{value:.1f}" if isinstance(value, int | float) else "—"
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    return values[len(values) // 2] if values else None
+
+
+def render(results: Path, doc: Path) -> str:
+    cells, runs = load_results(results)
+    if not cells:
+        raise SystemExit(f"no sweep results under {results}")
+    import transformers
+
+    from hfexport.exporters.utils import package_versions
+
+    versions = package_versions("onnx", "onnxscript", "onnxruntime", "executorch")
+    versions["transformers"] = transformers.__version__
+    types_of: dict[str, str] = {}
+    for (_, model_class, _), cell in cells.items():
+        types_of[model_class] = cell["model_type"]
+    lines = [
+        "# Export coverage: hfexport vs. transformers.exporters",
+        "",
+        "Generated by `scripts/coverage_sweep.py` (do not edit by hand). Every row is one tiny random-weight model",
+        "class (built by `hfexport.tiny_models`, seed 0, same sample inputs for both engines), exported with",
+        "dynamic shapes, saved, reloaded, run on the backend's runtime and compared with eager PyTorch by the gate's",
+        "job runner (`hfexport.gate.run.run_check`, one isolated job per cell). `hfexport` is this project's staged",
+        f"exporters; `transformers.exporters` is the one shipped in transformers {versions['transformers']}.",
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + ".",
+        "",
+    ]
+    lines += _sweep_section(cells, runs)
+    lines += _totals_section(cells)
+    lines += _builder_section(cells, types_of)
+    for backend in BACKENDS:
+        lines += _backend_section(cells, backend)
+    text = "\n".join(lines).rstrip() + "\n"
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    scratch = doc.with_suffix(".md.tmp")
+    scratch.write_text(text)
+    os.replace(scratch, doc)
+    return text
+
+
+def _classes(cells: dict[Key, dict[str, Any]], engine: str, backend: str) -> set[str]:
+    return {c for (e, c, b) in cells if e == engine and b == backend}
+
+
+def _compared(cells: dict[Key, dict[str, Any]], backend: str) -> list[str]:
+    """Classes run by both engines on ``backend`` whose tiny model could be built and run eagerly."""
+    both = _classes(cells, "hfexport", backend) & _classes(cells, "transformers", backend)
+    return sorted(c for c in both if not any(_not_built(cells[(e, c, backend)]) for e in ENGINES))
+
+
+def _sweep_section(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+    lines = ["## What was swept", ""]
+    unswept: dict[str, list[str]] = {}
+    for backend in BACKENDS:
+        swept = _classes(cells, "hfexport", backend) & _classes(cells, "transformers", backend)
+        if not swept:
+            lines.append(f"- **{backend}**: not swept.")
+            continue
+        types = {cells[("hfexport", c, backend)]["model_type"] for c in swept}
+        shards: dict[str, set[str]] = {}
+        for run in runs:
+            if backend in run["backends"] and run.get("sweep") and run["sweep"]["set"] != "models":
+                shard = run["shard"]
+                shards.setdefault(run["sweep"]["set"], set()).add(f"{shard['index']}/{shard['count']}")
+        expected = {c for label in shards for c in set_classes(label)}
+        unswept[backend] = sorted(expected - swept)
+        done = "; ".join(f"set `{label}`, shards {', '.join(sorted(s, key=_shard_key))}" for label, s in shards.items())
+        left = f"; {len(unswept[backend])} classes of those sets not run (shards left out)" if unswept[backend] else ""
+        run = f"{len(swept)} classes of {len(types)} model types run by both engines ({done})"
+        lines.append(f"- **{backend}**: {run}{left}.")
+    lines += [
+        "",
+        "Sets: `heads` is one class per model type, its main task head (the class `hfexport export <type>`",
+        "builds); `representative` is the main head of each type in `FAMILIES` of the script; `all` is every",
+        "class the tiny-model builder lists (base model and main task heads). A shard K/N is the gate's deterministic",
+        "share of the (class, backend) cells, so the shards run are a sample of the set, not a choice of models.",
+        "",
+    ]
+    seconds: Counter = Counter()
+    for run in runs:
+        if run.get("sweep"):
+            seconds[run["engine"]] += run["sweep"]["seconds"]
+    lines += [
+        f"{len(runs)} gate runs (one per engine, backend set and shard); summed wall time "
+        + ", ".join(f"{ENGINE_TITLES[e]} {s / 60:.0f} min" for e, s in seconds.items())
+        + ". The commands, oldest first (a later run of a cell replaces an earlier one):",
+        "",
+    ]
+    for run in runs:
+        if run.get("sweep"):
+            argv = " ".join(run["sweep"]["argv"])
+            lines.append(f"- `{run['created_at']}` {ENGINE_TITLES[run['engine']]}: `coverage_sweep.py {argv}`")
+    lines.append("")
+    for backend, classes in unswept.items():
+        if classes:
+            lines += [
+                f"<details><summary>{backend}: {len(classes)} classes not run</summary>",
+                "",
+                ", ".join(classes),
+                "",
+                "</details>",
+                "",
+            ]
+    return lines
+
+
+def _shard_key(shard: str) -> tuple[int, int]:
+    index, count = shard.split("/")
+    return int(count), int(index)
+
+
+def _totals_section(cells: dict[Key, dict[str, Any]]) -> list[str]:
+    lines = [
+        "## Totals",
+        "",
+        "Over the classes both engines ran on a backend and whose tiny model builds and runs eagerly.",
+        "",
+        "| backend | classes | hfexport pass | transformers.exporters pass | both | only hfexport "
+        "| only transformers.exporters | median export s (hfexport / transformers.exporters) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    differences = []
+    for backend in BACKENDS:
+        compared = _compared(cells, backend)
+        if not compared:
+            continue
+        ours = {c for c in compared if cells[("hfexport", c, backend)]["status"] == "pass"}
+        theirs = {c for c in compared if cells[("transformers", c, backend)]["status"] == "pass"}
+        for engine, only in (("hfexport", ours - theirs), ("transformers", theirs - ours)):
+            if only:
+                differences.append(f"- {backend}, only {ENGINE_TITLES[engine]} passes: {', '.join(sorted(only))}")
+        medians = []
+        for engine, passed in (("hfexport", ours), ("transformers", theirs)):
+            value = _median([cells[(engine, c, backend)]["timings"].get("export", 0.0) for c in passed])
+            medians.append("—" if value is None else f"{value:.1f}")
+        lines.append(
+            f"| {backend} | {len(compared)} | **{len(ours)}** | **{len(theirs)}** | {len(ours & theirs)} "
+            f"| {len(ours - theirs)} | {len(theirs - ours)} | {' / '.join(medians)} |"
+        )
+    lines += ["", *differences]
+    lines += [
+        "",
+        "Per family (hfexport / transformers.exporters passes): the types of `FAMILIES` by name, the others by their",
+        "default config and head (experts: MoE; audio or image input; encoder-decoder; causal or masked LM head);",
+        "`other` is mostly multimodal models and base models of text types.",
+        "",
+    ]
+    lines += ["| family | " + " | ".join(BACKENDS) + " |", "|---|" + "---|" * len(BACKENDS)]
+    for family in [*FAMILIES, "other"]:
+        row = []
+        for backend in BACKENDS:
+            compared = [c for c in _compared(cells, backend) if _family(cells, c, backend) == family]
+            ours = sum(cells[("hfexport", c, backend)]["status"] == "pass" for c in compared)
+            theirs = sum(cells[("transformers", c, backend)]["status"] == "pass" for c in compared)
+            row.append(f"{ours} / {theirs} of {len(compared)}" if compared else "—")
+        lines.append(f"| {family} | " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
+def _family(cells: dict[Key, dict[str, Any]], model_class: str, backend: str) -> str:
+    return family_of(cells[("hfexport", model_class, backend)]["model_type"], model_class)
+
+
+def _builder_section(cells: dict[Key, dict[str, Any]], types_of: dict[str, str]) -> list[str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from hfexport import tiny_models
+
+    problems: dict[str, str] = {}
+    for (_, model_class, _), cell in sorted(cells.items()):
+        if _not_built(cell) and model_class not in problems:
+            problems[model_class] = f"{cell['stage']}: {cell.get('error_type')}: {cell.get('error') or ''}"
+    classless = sorted(set(CONFIG_MAPPING_NAMES) - set(tiny_models.all_model_types()))
+    lines = [
+        "## Tiny-model builder",
+        "",
+        f"{len(problems)} swept classes could not be built or run eagerly by `hfexport.tiny_models` (shown once, not",
+        "counted in the totals); the list is meant to shrink.",
+        "",
+        "| model type | class | reason |",
+        "|---|---|---|",
+    ]
+    for model_class, reason in sorted(problems.items(), key=lambda item: (types_of[item[0]], item[0])):
+        reason = reason.replace("|", "/").replace("\n", " ")
+        reason = reason if len(reason) <= 160 else reason[:157] + "..."
+        lines.append(f"| {types_of[model_class]} | {model_class} | `{reason.replace('`', '')}` |")
+    lines += [
+        "",
+        f"{len(classless)} config types have no model class in the auto mappings the builder reads (sub-configs,",
+        "tokenizer-only or processor-only entries): " + ", ".join(f"`{t}`" for t in classless) + ".",
+        "",
+    ]
+    return lines
+
+
+def _backend_section(cells: dict[Key, dict[str, Any]], backend: str) -> list[str]:
+    compared = _compared(cells, backend)
+    if not compared:
+        return []
+    lines = [
+        f"## {backend}",
+        "",
+        "| model type | class | hfexport | transformers.exporters | max abs diff (hf / tr) | export s (hf / tr) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model_class in sorted(compared, key=lambda c: (cells[("hfexport", c, backend)]["model_type"], c)):
+        ours, theirs = cells[("hfexport", model_class, backend)], cells[("transformers", model_class, backend)]
+        lines.append(
+            f"| {ours['model_type']} | {model_class} | {_result(ours)} | {_result(theirs)} "
+            f"| {_diff(ours)} / {_diff(theirs)} | {_seconds(ours)} / {_seconds(theirs)} |"
+        )
+    return [*lines, ""]
+
+
+# ── Command line ──
+
+
+def _shard(value: str) -> tuple[int, int]:
+    index, _, count = value.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N, got {value!r}")
+    return int(index), int(count)
+
+
+def _csv(choices: tuple[str, ...]) -> Any:
+    def parse(value: str) -> list[str]:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        unknown = [name for name in names if name not in choices]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}")
+        return names
+
+    return parse
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a sweep (one gate run per engine), then re-render the document")
+    chosen = run.add_mutually_exclusive_group()
+    chosen.add_argument("--all", action="store_true", help="every class of every model type")
+    chosen.add_argument("--set", choices=("heads", "representative"), default="heads")
+    chosen.add_argument("--models", help="comma-separated model types or classes")
+    run.add_argument("--backends", type=_csv(BACKENDS), default=list(BACKENDS))
+    run.add_argument("--engines", type=_csv(ENGINES), default=list(ENGINES))
+    run.add_argument("--shard", type=_shard, default=(1, 1), help="K/N: the K-th of N deterministic shares")
+    run.add_argument("-j", "--jobs", type=int, default=1, help="jobs in parallel per gate run")
+    run.add_argument("--timeout", type=float, default=600.0, help="seconds per cell")
+    for command in (run, commands.add_parser("render", help="write the document from the results")):
+        command.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="where the reports go")
+        command.add_argument("--doc", type=Path, default=DEFAULT_DOC)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        names = selected_names(args)
+        if not args.models:  # the sets are class names: shard them here already
+            names = in_shard(names, args.backends, args.shard)
+        try:
+            run_sweep(
+                names, args.backends, args.engines, args.results, _set_label(args), args.shard, args.jobs, args.timeout
+            )
+        except GateError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    render(args.results, args.doc)
+    print(f"wrote {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
