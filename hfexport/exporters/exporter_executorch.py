@@ -143,7 +143,10 @@ def _patch_sdpa_as_math_attention(original: Callable) -> Callable:
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
-        if dropout_p > 0.0 or (is_causal and attn_mask is not None):
+        # Dynamic shapes keep SDPA: with symbolic sizes the math form leaves a permute that XNNPACK passes through
+        # its partition unchanged (t5 dynamic: "Output node ... is already in the inputs").
+        symbolic = any(isinstance(size, torch.SymInt) for size in (*query.shape, *key.shape))
+        if symbolic or dropout_p > 0.0 or (is_causal and attn_mask is not None):
             return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
         if enable_gqa and key.shape[-3] != query.shape[-3]:
             key = _repeat_heads(key, query.shape[-3] // key.shape[-3])
