@@ -93,6 +93,7 @@ VOCAB = 128
 MAX_POSITIONS = 512
 IMAGE_SIZE = 32
 PATCH_SIZE = 8
+FRAMES = 4
 EXPERTS = 4
 EXPERTS_PER_TOKEN = 2
 
@@ -125,7 +126,7 @@ _HEAD_DIM_KEYS = frozenset(
 )
 _LORA_RANK_KEYS = frozenset({"kv_lora_rank", "q_lora_rank"})
 _EXPERT_KEYS = frozenset({"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"})
-_EXPERTS_PER_TOKEN_KEYS = frozenset({"num_experts_per_tok", "moe_top_k", "moe_topk", "num_selected_experts"})
+_EXPERTS_PER_TOKEN_KEYS = frozenset({"num_experts_per_tok", "moe_top_k", "moe_topk", "moe_k", "num_selected_experts"})
 # Grouped routing (DeepSeek-style) needs experts divisible by groups: one group keeps it trivially true.
 _ONE_KEYS = frozenset({"n_group", "topk_group", "n_shared_experts", "first_k_dense_replace", "zero_expert_num"})
 _EXACT_CAPS = (
@@ -159,8 +160,16 @@ _CAPS = {
     "num_conv_pos_embedding_groups": 2,
     "num_codevectors_per_group": 8,
     "image_size": IMAGE_SIZE,
+    "crop_size": IMAGE_SIZE,
     "patch_size": PATCH_SIZE,
+    # Video encoders: frames as a multiple of the tubelet's 2 frames.
+    "num_frames": FRAMES,
+    "frames_per_clip": FRAMES,
     "window_size": 4,
+    # DETR-like two-stage decoders pick their queries by top-k over the few encoder tokens of a tiny image.
+    "num_queries": 8,
+    # Spectrogram transformers (AST) take exactly max_length frames.
+    "max_length": 64,
     "mamba_d_head": HEAD_DIM,
     "mamba_d_state": 16,
     "state_size": 16,
@@ -187,6 +196,10 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     "lilt": {"hidden_size": 48},
     # The axial position embedding halves must add up to hidden_size.
     "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2]},
+    # The block pattern repeats over the layers: two layers must still contain an attention block.
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    # Group norms over the narrowest tiny stage (16 channels).
+    "bit": {"num_groups": 8},
 }
 
 
@@ -508,11 +521,24 @@ def _image_config(config: PretrainedConfig) -> PretrainedConfig:
 
 
 def _pixel_values(config: PretrainedConfig, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+    """Images as (batch, channels, height, width); video encoders' clips as (batch, frames, channels, height, width)."""
     vision = _image_config(config)
-    size = getattr(vision, "image_size", IMAGE_SIZE)
+    size = getattr(vision, "image_size", None) or getattr(vision, "crop_size", IMAGE_SIZE)
     height, width = (size, size) if isinstance(size, int) else tuple(size)[-2:]
-    channels = getattr(vision, "num_channels", 3)
-    return torch.randn(batch_size, channels, height, width, generator=generator)
+    channels = getattr(vision, "num_channels", None) or getattr(vision, "in_chans", 3)
+    frames = getattr(vision, "num_frames", None) or getattr(vision, "frames_per_clip", None)
+    clip = (frames,) if isinstance(frames, int) else ()
+    return torch.randn(batch_size, *clip, channels, height, width, generator=generator)
+
+
+def _flat_patches(config: PretrainedConfig, images: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Qwen-VL-style vision towers: every image's patches as rows of one flat tensor, laid out by ``grid_thw``."""
+    vision = _image_config(config)
+    side = 2 * getattr(vision, "spatial_merge_size", 1)
+    grid_thw = torch.tensor([[1, side, side]] * images)
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
+    width = channels * getattr(vision, "temporal_patch_size", 1) * vision.patch_size**2
+    return {"patches": torch.randn(images * side * side, width, generator=generator), "grid_thw": grid_thw}
 
 
 def _waveform_length(config: PretrainedConfig, seq_length: int) -> int:
@@ -579,10 +605,20 @@ def sample_inputs(
     inputs: dict[str, torch.Tensor] = {}
     if main_input == "input_ids" or (main_input not in parameters and "input_ids" in parameters):
         inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
-    if main_input == "pixel_values" or _is_dual_encoder(model, parameters):
+    if "grid_thw" in parameters:
+        patches = _flat_patches(config, batch_size, generator)
+        patches_name = "pixel_values" if "pixel_values" in parameters else "hidden_states"
+        inputs.pop("input_ids", None)
+        inputs.update({patches_name: patches["patches"], "grid_thw": patches["grid_thw"]})
+    elif main_input in ("pixel_values", "pixel_values_videos") or _is_dual_encoder(model, parameters):
         if _is_dual_encoder(model, parameters):
             inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
-        inputs["pixel_values"] = _pixel_values(config, batch_size, generator)
+        pixels_name = "pixel_values_videos" if main_input == "pixel_values_videos" else "pixel_values"
+        inputs[pixels_name] = _pixel_values(config, batch_size, generator)
+    elif main_input == "input_values" and hasattr(config, "num_mel_bins") and hasattr(config, "max_length"):
+        # Spectrogram transformers (AST) take fixed-length (batch, frames, mel bins) spectrograms.
+        shape = (batch_size, config.max_length, config.num_mel_bins)
+        inputs["input_values"] = torch.randn(shape, generator=generator)
     elif main_input == "input_values":
         length = _waveform_length(config, seq_length)
         # Neural audio codecs (encodec, dac, mimi, xcodec) take (batch, channels, time); speech encoders (batch, time).

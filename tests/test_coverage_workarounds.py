@@ -67,6 +67,19 @@ def test_patch_mask_expansion_by_broadcast_is_needed(monkeypatch: pytest.MonkeyP
     assert _max_diff(exported(**inputs), expected) < 1e-4
 
 
+def test_patch_sdpa_math_kernel_on_cpu_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model("Sam3Model")
+    inputs = sample_inputs(model)
+    with monkeypatch.context() as patched:
+        _without(patched, export_utils._PATCHES, "dynamo", "_patch_sdpa_math_kernel_on_cpu")
+        with pytest.raises(ExportStageError, match="data-dependent expression"):
+            _export(model, inputs, "dynamo")
+    exported = _export(model, inputs, "dynamo")
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert _max_diff(exported(**inputs), expected) < 1e-4
+
+
 def test_fix_rsub_of_integer_tensor_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("ProphetNetForCausalLM")
     inputs = sample_inputs(model)

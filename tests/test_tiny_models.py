@@ -88,6 +88,44 @@ def test_modalities() -> None:
     assert set(sample_inputs(tiny_model("vit"))) == {"pixel_values"}
 
 
+@pytest.mark.parametrize(
+    ("name", "shapes"),
+    [
+        # Video encoders: (batch, frames, channels, height, width) clips.
+        ("VideoMAEModel", {"pixel_values": (2, 4, 3, 32, 32)}),
+        ("VJEPA2Model", {"pixel_values_videos": (2, 4, 3, 32, 32)}),
+        # Qwen-VL-style towers: flat patch rows laid out by grid_thw (2 images of 4x4 patches).
+        ("Qwen3VLVisionModel", {"hidden_states": (32, 384), "grid_thw": (2, 3)}),
+        ("HunYuanVLVisionTransformer", {"pixel_values": (32, 192), "grid_thw": (2, 3)}),
+        # Spectrogram transformer: (batch, max_length frames, mel bins).
+        ("ASTForAudioClassification", {"input_values": (2, 64, 16)}),
+    ],
+)
+def test_structured_inputs_run_forward(name: str, shapes: dict[str, tuple[int, ...]]) -> None:
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    assert {key: tuple(value.shape) for key, value in inputs.items()} == shapes
+    with torch.no_grad():
+        model(**inputs)
+
+
+@pytest.mark.parametrize(
+    "name",
+    # Config relations generic capping breaks: top-k over queries/experts, group norms, layer patterns.
+    [
+        "GroundingDinoModel",
+        "RfDetrModel",
+        "Ernie4_5_MoeForCausalLM",
+        "BitForImageClassification",
+        "RecurrentGemmaForCausalLM",
+    ],
+)
+def test_constrained_configs_build_and_run(name: str) -> None:
+    model = tiny_model(name)
+    with torch.no_grad():
+        model(**sample_inputs(model))
+
+
 def test_clip_dual_encoder_forward() -> None:
     model = tiny_model("CLIPModel")
     assert isinstance(model, CLIPModel)

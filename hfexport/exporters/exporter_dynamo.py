@@ -12,16 +12,17 @@ import dataclasses
 import importlib
 import inspect
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .base import ExportConfigMixin, HfExporter
-from .utils import PatchReport, apply_patches, export_stage
+from .utils import PatchReport, apply_patches, export_stage, register_patch
 
 # ── Stage 1: Forward-signature patch ──
 # torch.export binds inputs against ``inspect.signature(model.forward)``; a forward taking ``**kwargs`` would
@@ -49,8 +50,21 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 # ── Stage 2: Model patches ──
 # Swap model methods torch.export cannot trace for export-safe equivalents, for the duration of one export.
 # Extend with ``@register_patch("dynamo", "transformers.models.<name>.modeling_<name>.<Class>.<method>")``; the
-# patches are installed by ``DynamoExporter.export_program`` around the trace. No architecture of the tested
-# transformers version needs one on every backend (SPEC.md's NllbMoe example traces as it is in 5.23).
+# patches are installed by ``DynamoExporter.export_program`` around the trace (SPEC.md's NllbMoe example traces
+# as it is in transformers 5.23, so it has none).
+
+
+@register_patch("dynamo", "torch.nn.functional.scaled_dot_product_attention")
+def _patch_sdpa_math_kernel_on_cpu(original: Callable) -> Callable:
+    # sam3 (dynamic image size): CPU SDPA's fused-kernel choice guards on data-dependent sizes, "Could not guard on
+    # data-dependent expression Eq(u0*u1, 16)"; the math kernel has no such check (upstream: torch's CPU sdp choice).
+    def scaled_dot_product_attention(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if query.device.type != "cpu":
+            return original(query, *args, **kwargs)
+        with sdpa_kernel(SDPBackend.MATH):
+            return original(query, *args, **kwargs)
+
+    return scaled_dot_product_attention
 
 
 # ── Stage 3: Pytree registration ──
