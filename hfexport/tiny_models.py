@@ -541,6 +541,24 @@ def _flat_patches(config: PretrainedConfig, images: int, generator: torch.Genera
     return {"patches": torch.randn(images * side * side, width, generator=generator), "grid_thw": grid_thw}
 
 
+def _native_resolution_patches(
+    config: PretrainedConfig, batch_size: int, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """NaViT-style encoders (siglip2): flattened patches per image, their mask, and each image's patch grid."""
+    vision = _image_config(config)
+    side = 4
+    width = vision.num_channels * vision.patch_size**2
+    return {
+        "pixel_values": torch.randn(batch_size, side * side, width, generator=generator),
+        "pixel_attention_mask": torch.ones(batch_size, side * side, dtype=torch.long),
+        "spatial_shapes": torch.tensor([[side, side]] * batch_size),
+    }
+
+
+# Audio LMs that stack their codebooks into the batch: input_ids is (batch * num_codebooks, sequence).
+_CODEBOOK_STACKED_TYPES = ("musicgen_decoder", "musicgen_melody_decoder")
+
+
 def _waveform_length(config: PretrainedConfig, seq_length: int) -> int:
     # The conv feature extractor downsamples by the product of its strides; keep >= seq_length frames.
     stride = 1
@@ -610,6 +628,8 @@ def sample_inputs(
         patches_name = "pixel_values" if "pixel_values" in parameters else "hidden_states"
         inputs.pop("input_ids", None)
         inputs.update({patches_name: patches["patches"], "grid_thw": patches["grid_thw"]})
+    elif "spatial_shapes" in parameters:
+        inputs.update(_native_resolution_patches(config, batch_size, generator))
     elif main_input in ("pixel_values", "pixel_values_videos") or _is_dual_encoder(model, parameters):
         if _is_dual_encoder(model, parameters):
             inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
@@ -629,6 +649,8 @@ def sample_inputs(
     if "input_ids" not in inputs and "input_ids" in _required_parameters(model):
         # Vision-first models whose forward still requires text (Blip2Model, GroundingDino).
         inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
+    if "input_ids" in inputs and config.model_type in _CODEBOOK_STACKED_TYPES:
+        inputs["input_ids"] = _token_ids(config, (batch_size * config.num_codebooks, seq_length), generator)
     if "input_ids" in inputs and "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones(batch_size, seq_length, dtype=torch.long)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:

@@ -97,6 +97,13 @@ def test_modalities() -> None:
         # Qwen-VL-style towers: flat patch rows laid out by grid_thw (2 images of 4x4 patches).
         ("Qwen3VLVisionModel", {"hidden_states": (32, 384), "grid_thw": (2, 3)}),
         ("HunYuanVLVisionTransformer", {"pixel_values": (32, 192), "grid_thw": (2, 3)}),
+        # NaViT-style patches with their mask and per-image grid.
+        (
+            "Siglip2ForImageClassification",
+            {"pixel_values": (2, 16, 192), "pixel_attention_mask": (2, 16), "spatial_shapes": (2, 2)},
+        ),
+        # Codebooks stacked into the batch (4 codebooks).
+        ("MusicgenForCausalLM", {"input_ids": (8, 7), "attention_mask": (2, 7)}),
         # Spectrogram transformer: (batch, max_length frames, mel bins).
         ("ASTForAudioClassification", {"input_values": (2, 64, 16)}),
     ],
