@@ -6,12 +6,21 @@ workaround lives in; with it, the export round-trips and matches eager.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.utils._pytree as pytree
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer
 
-from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportStageError, exporter_dynamo, exporter_onnx
+from hfexport.exporters import (
+    AutoExportConfig,
+    AutoHfExporter,
+    ExportedModel,
+    ExportStageError,
+    exporter_dynamo,
+    exporter_onnx,
+)
 from hfexport.exporters import utils as export_utils
 from hfexport.gate.skips import EXPORT_SKIPS
 from hfexport.tiny_models import sample_inputs, tiny_model
@@ -46,6 +55,29 @@ def test_linear_attention_cache_layers_are_walked(monkeypatch: pytest.MonkeyPatc
     assert set(layer.conv_states) == {0}
 
 
+def test_t5gemma2_cache_class_and_mask_indexing(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cross-attention cache holds the class of the layers it makes: the context names it. The vmap-style mask
+    # indexing must not reach the saved program.
+    model = tiny_model("T5Gemma2ForConditionalGeneration")
+    inputs = sample_inputs(model)
+    leaves: list[torch.Tensor] = []
+    with torch.no_grad():
+        expected = model(**inputs)
+    context = exporter_dynamo._flatten_to_context(expected.past_key_values, leaves)
+    assert json.loads(json.dumps(context))["attributes"]["cross_attention_cache"]["attributes"][
+        "layer_class_to_replicate"
+    ] == {"class": "transformers.cache_utils.DynamicLayer"}
+    with monkeypatch.context() as patched:
+        _without(patched, export_utils._PATCHES, "dynamo", "_patch_mask_indexing_as_getitem")
+        with pytest.raises(Exception, match="Unsupported getattr attribute"):
+            _export(model, inputs, "dynamo").save_pretrained(tmp_path / "without")
+    directory = _export(model, inputs, "dynamo").save_pretrained(tmp_path / "t5gemma2")
+    loaded = ExportedModel.from_pretrained(directory)
+    outputs = loaded(**inputs)
+    assert outputs.past_key_values.cross_attention_cache.layer_class_to_replicate is DynamicLayer
+    assert _max_diff(outputs, expected) < 1e-4
+
+
 def _without(monkeypatch: pytest.MonkeyPatch, registry: dict, backend: str, name: str) -> None:
     """Take the workaround ``name`` out of ``registry[backend]`` for the rest of the test."""
     kept = [w for w in registry[backend] if w.name != name]
@@ -54,11 +86,12 @@ def _without(monkeypatch: pytest.MonkeyPatch, registry: dict, backend: str, name
 
 
 def test_patch_mask_expansion_by_broadcast_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert exporter_onnx._patch_mask_expansion_by_broadcast  # importing the exporter registers its patches
     model = tiny_model("UnlimitedOcrModel")
     inputs = sample_inputs(model)
     with monkeypatch.context() as patched:
-        _without(patched, export_utils._PATCHES, "onnx", "_patch_mask_expansion_by_broadcast")
+        # Plain indexing in mask functions is only valid without vmap: the indexing patch goes with it.
+        _without(patched, export_utils._PATCHES, "dynamo", "_patch_mask_expansion_by_broadcast")
+        _without(patched, export_utils._PATCHES, "dynamo", "_patch_mask_indexing_as_getitem")
         with pytest.raises(ExportStageError, match="vmapped"):
             _export(model, inputs, "onnx")
     exported = _export(model, inputs, "onnx")

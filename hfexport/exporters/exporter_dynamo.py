@@ -67,6 +67,29 @@ def _patch_sdpa_math_kernel_on_cpu(original: Callable) -> Callable:
     return scaled_dot_product_attention
 
 
+@register_patch("dynamo", "transformers.masking_utils._vmap_expansion_sdpa")
+def _patch_mask_expansion_by_broadcast(_original: Callable) -> Callable:
+    # unlimited_ocr, gemma3/gemma4 VLMs, t5gemma2 (custom or/and mask functions): the torch.vmap mask expansion fails
+    # in torch.onnx's run_decompositions ("tensor may have escaped from inside a function being vmapped").
+    # Mask functions only index tensors with the four index grids, so broadcasting the grids is equivalent.
+    def expansion(mask_function: Callable) -> Callable:
+        def expanded(batch: torch.Tensor, head: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+            grid = (batch[:, None, None, None], head[None, :, None, None], q[None, None, :, None], kv[None, None, None])
+            return mask_function(*grid).expand(batch.shape[0], head.shape[0], q.shape[0], kv.shape[0])
+
+        return expanded
+
+    return expansion
+
+
+@register_patch("dynamo", "transformers.masking_utils.TransformGetItemToIndex")
+def _patch_mask_indexing_as_getitem(_original: Callable) -> Callable:
+    # t5gemma2 (vmap masks): indexing inside the mask functions becomes a ModIndex higher-order op that
+    # torch.export.save rejects ("Unsupported getattr attribute function_const_func_spec0"). Only vmap needs that
+    # op, and the broadcast expansion above replaces vmap, so plain indexing is equivalent.
+    return contextlib.nullcontext
+
+
 # ── Stage 3: Pytree registration ──
 # torch.export flattens inputs and outputs with pytree: every ``Cache`` and ``ModelOutput`` type must be
 # registered. Caches are walked attribute by attribute: tensors become leaves, everything else the context.
@@ -106,6 +129,9 @@ def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
         return {"dtype": str(value).removeprefix("torch.")}
     if isinstance(value, torch.device):
         return {"device": str(value)}
+    if isinstance(value, type):
+        # Caches that grow layers lazily keep the layer class to make (t5gemma2's cross-attention cache).
+        return {"class": _class_path(value)}
     if isinstance(value, (list, tuple)):
         return {"list" if isinstance(value, list) else "tuple": [_flatten_to_context(v, leaves) for v in value]}
     if isinstance(value, dict):
@@ -127,6 +153,8 @@ def _unflatten_from_context(context: Any, leaves: Iterator[Any]) -> Any:
         return getattr(torch, context["dtype"])
     if "device" in context:
         return torch.device(context["device"])
+    if "class" in context:
+        return _class_from_path(context["class"])
     if "symbolic" in context:
         return None
     if "list" in context or "tuple" in context:

@@ -70,22 +70,9 @@ class OnnxConfig(DynamoConfig):
 
 # ── Stage 1: Torch patches ──
 # Replace torch ops that the ONNX exporter cannot translate as they are, while tracing (DynamoExporter installs
-# the "onnx" patches next to its own). Extend with ``@register_patch("onnx", "torch.<op>")``.
-
-
-@register_patch("onnx", "transformers.masking_utils._vmap_expansion_sdpa")
-def _patch_mask_expansion_by_broadcast(_original: Callable) -> Callable:
-    # unlimited_ocr, gemma3/gemma4 VLMs, t5gemma2 (custom or/and mask functions): the torch.vmap mask expansion fails
-    # in torch.onnx's run_decompositions ("tensor may have escaped from inside a function being vmapped").
-    # Mask functions only index tensors with the four index grids, so broadcasting the grids is equivalent.
-    def expansion(mask_function: Callable) -> Callable:
-        def expanded(batch: torch.Tensor, head: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-            grid = (batch[:, None, None, None], head[None, :, None, None], q[None, None, :, None], kv[None, None, None])
-            return mask_function(*grid).expand(batch.shape[0], head.shape[0], q.shape[0], kv.shape[0])
-
-        return expanded
-
-    return expansion
+# the "onnx" patches next to its own). Extend with ``@register_patch("onnx", "torch.<op>")``. None at the moment:
+# the one ONNX needed (mask expansion by broadcast) also makes the saved torch.export program loadable, so it moved
+# to DynamoExporter's stage 2.
 
 
 # ── Stage 2: ONNX patches ──
