@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .base import ExportConfigMixin, HfExporter
@@ -58,8 +59,10 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 def _patch_sdpa_math_kernel_on_cpu(original: Callable) -> Callable:
     # sam3 (dynamic image size): CPU SDPA's fused-kernel choice guards on data-dependent sizes, "Could not guard on
     # data-dependent expression Eq(u0*u1, 16)"; the math kernel has no such check (upstream: torch's CPU sdp choice).
+    # Only then: the math kernel's output strides break later views when torch.onnx re-decomposes (t5 dynamic).
     def scaled_dot_product_attention(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if query.device.type != "cpu":
+        tensors = [value for value in (query, *args, *kwargs.values()) if isinstance(value, torch.Tensor)]
+        if query.device.type != "cpu" or not any(free_unbacked_symbols(tensor.shape) for tensor in tensors):
             return original(query, *args, **kwargs)
         with sdpa_kernel(SDPBackend.MATH):
             return original(query, *args, **kwargs)
