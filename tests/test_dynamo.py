@@ -73,6 +73,18 @@ def test_cache_outputs_are_rebuilt_with_readable_names(tmp_path):
     assert outputs.past_key_values.get_seq_length() == inputs["input_ids"].shape[1]
 
 
+def test_output_type_with_required_fields_reloads(tmp_path):
+    # DPRQuestionEncoderOutput has no default for pooler_output: loading must not instantiate output types.
+    model = tiny_model("DPRQuestionEncoder")
+    inputs = sample_inputs(model)
+    exported = DynamoExporter().export(model, inputs, DynamoConfig())
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "dpr"))
+    outputs = loaded(**inputs)
+    assert type(outputs).__name__ == "DPRQuestionEncoderOutput"
+    with torch.no_grad():
+        assert max_abs_diff(outputs.pooler_output, model(**inputs).pooler_output) < TOLERANCE
+
+
 def test_static_export_specializes_shapes(tmp_path):
     model = tiny_model("bert")
     inputs = sample_inputs(model)

@@ -248,14 +248,13 @@ def register_cache_types() -> list[str]:
 def ensure_pytree_types(type_paths: list[str]) -> None:
     """Before loading a saved program: import and register every type its input/output specs name."""
     from transformers.cache_utils import Cache
-    from transformers.utils.generic import ModelOutput
 
     for path in type_paths:
+        # ModelOutput subclasses register themselves with pytree when their class is created: importing is enough
+        # (instantiating one would fail on outputs with required fields, DPRQuestionEncoderOutput).
         cls = _class_from_path(path)
         if issubclass(cls, Cache):
             register_pytree_type(cls)
-        elif issubclass(cls, ModelOutput):
-            cls()  # ModelOutput registers its subclasses with pytree when first instantiated
 
 
 def _spec_types(spec: pytree.TreeSpec) -> set[str]:
