@@ -644,6 +644,15 @@ def sample_inputs(
         # Neural audio codecs (encodec, dac, mimi, xcodec) take (batch, channels, time); speech encoders (batch, time).
         shape = (batch_size, getattr(config, "audio_channels", 1), length) if hasattr(config, "codebook_size") else ()
         inputs["input_values"] = torch.randn(shape or (batch_size, length), generator=generator)
+    elif main_input == "past_values":
+        # Time-series transformers: (batch, context, channels) windows, or (batch, context) for univariate ones.
+        channels = getattr(config, "num_input_channels", None)
+        shape = (batch_size, config.context_length, *((channels,) if channels else ()))
+        inputs["past_values"] = torch.randn(shape, generator=generator)
+        if "past_values_padding" in _required_parameters(model):
+            # TimesFM: no padded steps, and frequency class 0 (high frequency).
+            inputs["past_values_padding"] = torch.zeros(shape[:2])
+            inputs["freq"] = torch.zeros(batch_size, 1, dtype=torch.long)
     elif main_input == "input_features":
         inputs["input_features"] = _input_features(config, batch_size, seq_length, generator)
     if "input_ids" not in inputs and "input_ids" in _required_parameters(model):

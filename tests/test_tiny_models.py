@@ -104,6 +104,9 @@ def test_modalities() -> None:
         ),
         # Codebooks stacked into the batch (4 codebooks).
         ("MusicgenForCausalLM", {"input_ids": (8, 7), "attention_mask": (2, 7)}),
+        # Time series: (batch, context, channels) windows; TimesFM adds its padding and frequency inputs.
+        ("PatchTSMixerModel", {"past_values": (2, 32, 1)}),
+        ("TimesFmModel", {"past_values": (2, 512), "past_values_padding": (2, 512), "freq": (2, 1)}),
         # Spectrogram transformer: (batch, max_length frames, mel bins).
         ("ASTForAudioClassification", {"input_values": (2, 64, 16)}),
     ],
