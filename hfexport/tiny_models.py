@@ -658,6 +658,10 @@ def sample_inputs(
     if "input_ids" not in inputs and "input_ids" in _required_parameters(model):
         # Vision-first models whose forward still requires text (Blip2Model, GroundingDino).
         inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
+    if "pixel_values" in inputs and "noise" in parameters and hasattr(config, "mask_ratio"):
+        # Masked autoencoders draw their patch mask from torch.rand: pass the noise, or no two runs agree.
+        patches = (inputs["pixel_values"].shape[-1] // config.patch_size) ** 2
+        inputs["noise"] = torch.rand(batch_size, patches, generator=generator)
     if "input_ids" in inputs and config.model_type in _CODEBOOK_STACKED_TYPES:
         inputs["input_ids"] = _token_ids(config, (batch_size * config.num_codebooks, seq_length), generator)
     if "input_ids" in inputs and "attention_mask" in parameters:

@@ -107,6 +107,8 @@ def test_modalities() -> None:
         # Time series: (batch, context, channels) windows; TimesFM adds its padding and frequency inputs.
         ("PatchTSMixerModel", {"past_values": (2, 32, 1)}),
         ("TimesFmModel", {"past_values": (2, 512), "past_values_padding": (2, 512), "freq": (2, 1)}),
+        # Masked autoencoder: the random patch mask comes from the inputs.
+        ("ViTMAEModel", {"pixel_values": (2, 3, 32, 32), "noise": (2, 16)}),
         # Spectrogram transformer: (batch, max_length frames, mel bins).
         ("ASTForAudioClassification", {"input_values": (2, 64, 16)}),
     ],
