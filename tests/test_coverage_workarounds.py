@@ -126,6 +126,19 @@ def test_fix_rsub_of_integer_tensor_is_needed(monkeypatch: pytest.MonkeyPatch) -
     assert _max_diff(exported(**inputs), expected) < 1e-4
 
 
+def test_fix_squeeze_of_non_unit_dim_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model("ParakeetForTDT")
+    inputs = sample_inputs(model)
+    with monkeypatch.context() as patched:
+        _without(patched, export_utils._NODE_FIXES, "onnx", "_fix_squeeze_of_non_unit_dim")
+        with pytest.raises(ExportStageError, match="Squeeze"):
+            _export(model, inputs, "onnx")
+    exported = _export(model, inputs, "onnx")
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert _max_diff(exported(**inputs), expected) < 1e-4
+
+
 def test_onnx_disable_optimize_prophetnet_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("ProphetNetForCausalLM")
     inputs = sample_inputs(model)

@@ -128,6 +128,27 @@ def _fix_reshape_of_strided_view(graph_module: torch.fx.GraphModule, node: torch
 
 
 @register_fx_node_fix("onnx")
+def _fix_squeeze_of_non_unit_dim(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # parakeet TDT (joint output): squeeze(2) of a dim of size 7 is a no-op in torch, but becomes an ONNX Squeeze that
+    # the checker rejects ("Dimension of input 2 must be 1 instead of 7"); drop the dims that are statically not 1.
+    if node.op != "call_function" or node.target not in (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims):
+        return False
+    value = _fake_value(node.args[0])
+    if value is None or len(node.args) < 2:
+        return False
+    dims = list(node.args[1]) if isinstance(node.args[1], list | tuple) else [node.args[1]]
+    kept = [dim for dim in dims if not (isinstance(value.shape[dim], int) and value.shape[dim] != 1)]
+    if len(kept) == len(dims):
+        return False
+    if kept:
+        node.target, node.args = torch.ops.aten.squeeze.dims, (node.args[0], kept)
+    else:
+        node.replace_all_uses_with(node.args[0])
+        graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("onnx")
 def _fix_rsub_of_integer_tensor(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # prophetnet's `1.0 - int_mask`: torch's decomposition of aten.rsub.Scalar(integer tensor, float) finds no aten.sub
     # overload ("Cannot find a compatible OpOverload"); cast the tensor to the promoted float dtype first.
