@@ -38,6 +38,13 @@ def _max_diff(actual, expected) -> float:
     return max(float((a - e).abs().max()) for a, e in pairs)
 
 
+def _without(monkeypatch: pytest.MonkeyPatch, registry: dict, backend: str, name: str) -> None:
+    """Take the workaround ``name`` out of ``registry[backend]`` for the rest of the test."""
+    kept = [w for w in registry[backend] if w.name != name]
+    assert len(kept) == len(registry[backend]) - 1, name
+    monkeypatch.setitem(registry, backend, kept)
+
+
 def test_linear_attention_cache_layers_are_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("BailingHybridForCausalLM")
     inputs = sample_inputs(model)
@@ -78,62 +85,58 @@ def test_t5gemma2_cache_class_and_mask_indexing(tmp_path, monkeypatch: pytest.Mo
     assert _max_diff(outputs, expected) < 1e-4
 
 
-def _without(monkeypatch: pytest.MonkeyPatch, registry: dict, backend: str, name: str) -> None:
-    """Take the workaround ``name`` out of ``registry[backend]`` for the rest of the test."""
-    kept = [w for w in registry[backend] if w.name != name]
-    assert len(kept) == len(registry[backend]) - 1, name
-    monkeypatch.setitem(registry, backend, kept)
+# (model class, backend exported to, registry, its backend key, workarounds taken out, error without them)
+NEEDED = [
+    # Plain indexing in mask functions is only valid without vmap: the indexing patch goes with the expansion.
+    (
+        "UnlimitedOcrModel",
+        "onnx",
+        export_utils._PATCHES,
+        "dynamo",
+        ("_patch_mask_expansion_by_broadcast", "_patch_mask_indexing_as_getitem"),
+        "vmapped",
+    ),
+    (
+        "Sam3Model",
+        "dynamo",
+        export_utils._PATCHES,
+        "dynamo",
+        ("_patch_sdpa_math_kernel_on_cpu",),
+        "data-dependent expression",
+    ),
+    (
+        "ProphetNetForCausalLM",
+        "onnx",
+        export_utils._NODE_FIXES,
+        "onnx",
+        ("_fix_rsub_of_integer_tensor",),
+        r"compatible OpOverload for aten\.sub",
+    ),
+    ("ParakeetForTDT", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_squeeze_of_non_unit_dim",), "Squeeze"),
+]
 
 
-def test_patch_mask_expansion_by_broadcast_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = tiny_model("UnlimitedOcrModel")
+@pytest.mark.parametrize(
+    ("model_class", "backend", "registry", "key", "names", "error"), NEEDED, ids=[case[4][0] for case in NEEDED]
+)
+def test_workaround_is_needed(
+    monkeypatch: pytest.MonkeyPatch,
+    model_class: str,
+    backend: str,
+    registry: dict,
+    key: str,
+    names: tuple[str, ...],
+    error: str,
+) -> None:
+    """Without the workaround the model fails with ``error``; with it, the export round-trips and matches eager."""
+    model = tiny_model(model_class)
     inputs = sample_inputs(model)
     with monkeypatch.context() as patched:
-        # Plain indexing in mask functions is only valid without vmap: the indexing patch goes with it.
-        _without(patched, export_utils._PATCHES, "dynamo", "_patch_mask_expansion_by_broadcast")
-        _without(patched, export_utils._PATCHES, "dynamo", "_patch_mask_indexing_as_getitem")
-        with pytest.raises(ExportStageError, match="vmapped"):
-            _export(model, inputs, "onnx")
-    exported = _export(model, inputs, "onnx")
-    with torch.no_grad():
-        expected = model(**inputs)
-    assert _max_diff(exported(**inputs), expected) < 1e-4
-
-
-def test_patch_sdpa_math_kernel_on_cpu_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = tiny_model("Sam3Model")
-    inputs = sample_inputs(model)
-    with monkeypatch.context() as patched:
-        _without(patched, export_utils._PATCHES, "dynamo", "_patch_sdpa_math_kernel_on_cpu")
-        with pytest.raises(ExportStageError, match="data-dependent expression"):
-            _export(model, inputs, "dynamo")
-    exported = _export(model, inputs, "dynamo")
-    with torch.no_grad():
-        expected = model(**inputs)
-    assert _max_diff(exported(**inputs), expected) < 1e-4
-
-
-def test_fix_rsub_of_integer_tensor_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = tiny_model("ProphetNetForCausalLM")
-    inputs = sample_inputs(model)
-    with monkeypatch.context() as patched:
-        _without(patched, export_utils._NODE_FIXES, "onnx", "_fix_rsub_of_integer_tensor")
-        with pytest.raises(ExportStageError, match=r"compatible OpOverload for aten\.sub"):
-            _export(model, inputs, "onnx")
-    exported = _export(model, inputs, "onnx")
-    with torch.no_grad():
-        expected = model(**inputs)
-    assert _max_diff(exported(**inputs), expected) < 1e-4
-
-
-def test_fix_squeeze_of_non_unit_dim_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = tiny_model("ParakeetForTDT")
-    inputs = sample_inputs(model)
-    with monkeypatch.context() as patched:
-        _without(patched, export_utils._NODE_FIXES, "onnx", "_fix_squeeze_of_non_unit_dim")
-        with pytest.raises(ExportStageError, match="Squeeze"):
-            _export(model, inputs, "onnx")
-    exported = _export(model, inputs, "onnx")
+        for name in names:
+            _without(patched, registry, key, name)
+        with pytest.raises(ExportStageError, match=error):
+            _export(model, inputs, backend)
+    exported = _export(model, inputs, backend)
     with torch.no_grad():
         expected = model(**inputs)
     assert _max_diff(exported(**inputs), expected) < 1e-4
