@@ -411,7 +411,8 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, 
     new_layers = min(old_layers, LAYERS) if old_layers else None
     kwargs: dict[str, Any] = {}
     for key, value in original.items():
-        attribute = getattr(config, key, None)
+        # Read the stored value: per-layer configs (gemma4) refuse plain attribute access to per-layer fields.
+        attribute = vars(config).get(key)
         if isinstance(attribute, PretrainedConfig):
             kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids)}
             continue
