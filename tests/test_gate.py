@@ -15,7 +15,7 @@ from checkout_fixture import LLAMA, ONNX_BREAKAGE, commit, git, llama_source, ma
 from click.testing import CliRunner
 
 from hfexport.cli import main
-from hfexport.gate import changes, report
+from hfexport.gate import changes, checks, report
 from hfexport.gate.run import CheckOptions, Target, run_check, target_for
 
 # Cut after LlamaForCausalLM: two model classes keep the runs short.
@@ -240,3 +240,15 @@ def test_cli_runs_without_importing_torch() -> None:
     # The parent only orchestrates: torch is paid for once, in the warm worker.
     code = "import sys, hfexport.cli, hfexport.gate.run, hfexport.gate.report; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_compare_lines_up_numbers_with_runtime_tensors() -> None:
+    # maskformer-swin returns spatial sizes as ints; onnxruntime returns every output as a tensor.
+    import torch
+
+    hidden = torch.ones(2, 3)
+    eager = {"last_hidden_state": hidden, "sizes": ((8, 8), (4, 4))}
+    runtime = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(8)), (4, 4))}
+    assert checks.compare(eager, runtime, 1e-4) == (0.0, 0.0, None)
+    wrong = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(7)), (4, 4))}
+    assert checks.compare(eager, wrong, 1e-4)[2] == "sizes.0.1: max abs diff 1 > 0.0001"

@@ -98,7 +98,11 @@ def build_model(job: dict[str, Any], checkout: Path | None) -> Any:
 
 
 def flat_outputs(outputs: Any) -> list[tuple[str, Any]]:
-    """(name, tensor) for every tensor leaf of a model output, caches included."""
+    """(name, tensor) for every tensor or number leaf of a model output, caches included.
+
+    Numbers (maskformer-swin's spatial sizes) count as 0-d tensors: a runtime that returns every output as a tensor
+    (onnxruntime) still lines up with eager, and the values are compared too.
+    """
     import torch
     import torch.utils._pytree as pytree
 
@@ -110,7 +114,12 @@ def flat_outputs(outputs: Any) -> list[tuple[str, Any]]:
         names = leaf_names(spec)
     except Exception:
         names = [str(i) for i in range(len(leaves))]
-    return [(n, leaf) for n, leaf in zip(names, leaves, strict=True) if isinstance(leaf, torch.Tensor)]
+    numbers = (int, float)
+    return [
+        (name, leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf))
+        for name, leaf in zip(names, leaves, strict=True)
+        if isinstance(leaf, torch.Tensor) or (isinstance(leaf, numbers) and not isinstance(leaf, bool))
+    ]
 
 
 def compare(expected: Any, actual: Any, tolerance: float) -> tuple[float, float, str | None]:
