@@ -532,14 +532,18 @@ def _pixel_values(config: PretrainedConfig, batch_size: int, generator: torch.Ge
     return torch.randn(batch_size, *clip, channels, height, width, generator=generator)
 
 
-def _flat_patches(config: PretrainedConfig, images: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+def _flat_patches(
+    config: PretrainedConfig, images: int, patches_name: str, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
     """Qwen-VL-style vision towers: every image's patches as rows of one flat tensor, laid out by ``grid_thw``."""
     vision = _image_config(config)
     side = 2 * getattr(vision, "spatial_merge_size", 1)
-    grid_thw = torch.tensor([[1, side, side]] * images)
     channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
     width = channels * getattr(vision, "temporal_patch_size", 1) * vision.patch_size**2
-    return {"patches": torch.randn(images * side * side, width, generator=generator), "grid_thw": grid_thw}
+    return {
+        patches_name: torch.randn(images * side * side, width, generator=generator),
+        "grid_thw": torch.tensor([[1, side, side]] * images),
+    }
 
 
 def _native_resolution_patches(
@@ -556,7 +560,6 @@ def _native_resolution_patches(
     }
 
 
-# Audio LMs that stack their codebooks into the batch: input_ids is (batch * num_codebooks, sequence).
 _CODEBOOK_STACKED_TYPES = ("musicgen_decoder", "musicgen_melody_decoder")
 
 
@@ -622,13 +625,14 @@ def sample_inputs(
     main_input = getattr(model, "main_input_name", "input_ids")
     generator = torch.Generator().manual_seed(seed)
     inputs: dict[str, torch.Tensor] = {}
+    # Audio LMs that stack their codebooks into the batch take (batch * num_codebooks, sequence) ids.
+    id_rows = batch_size * config.num_codebooks if config.model_type in _CODEBOOK_STACKED_TYPES else batch_size
     if main_input == "input_ids" or (main_input not in parameters and "input_ids" in parameters):
-        inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
+        inputs["input_ids"] = _token_ids(config, (id_rows, seq_length), generator)
     if "grid_thw" in parameters:
-        patches = _flat_patches(config, batch_size, generator)
-        patches_name = "pixel_values" if "pixel_values" in parameters else "hidden_states"
         inputs.pop("input_ids", None)
-        inputs.update({patches_name: patches["patches"], "grid_thw": patches["grid_thw"]})
+        patches_name = "pixel_values" if "pixel_values" in parameters else "hidden_states"
+        inputs.update(_flat_patches(config, batch_size, patches_name, generator))
     elif "spatial_shapes" in parameters:
         inputs.update(_native_resolution_patches(config, batch_size, generator))
     elif main_input in ("pixel_values", "pixel_values_videos") or _is_dual_encoder(model, parameters):
@@ -663,8 +667,6 @@ def sample_inputs(
         # Masked autoencoders draw their patch mask from torch.rand: pass the noise, or no two runs agree.
         patches = (inputs["pixel_values"].shape[-1] // config.patch_size) ** 2
         inputs["noise"] = torch.rand(batch_size, patches, generator=generator)
-    if "input_ids" in inputs and config.model_type in _CODEBOOK_STACKED_TYPES:
-        inputs["input_ids"] = _token_ids(config, (batch_size * config.num_codebooks, seq_length), generator)
     if "input_ids" in inputs and "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones(batch_size, seq_length, dtype=torch.long)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:

@@ -134,7 +134,7 @@ def _fix_squeeze_of_non_unit_dim(graph_module: torch.fx.GraphModule, node: torch
     if node.op != "call_function" or node.target not in (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims):
         return False
     value = _fake_value(node.args[0])
-    if value is None or len(node.args) < 2:
+    if value is None:
         return False
     dims = list(node.args[1]) if isinstance(node.args[1], list | tuple) else [node.args[1]]
     kept = [dim for dim in dims if not (isinstance(value.shape[dim], int) and value.shape[dim] != 1)]
