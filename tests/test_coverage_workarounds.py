@@ -113,6 +113,7 @@ NEEDED = [
         r"compatible OpOverload for aten\.sub",
     ),
     ("ParakeetForTDT", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_squeeze_of_non_unit_dim",), "Squeeze"),
+    ("Sam3Model", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_contiguous_as_clone",), "Cannot view a tensor"),
 ]
 
 

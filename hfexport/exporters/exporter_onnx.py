@@ -128,6 +128,19 @@ def _fix_reshape_of_strided_view(graph_module: torch.fx.GraphModule, node: torch
 
 
 @register_fx_node_fix("onnx")
+def _fix_contiguous_as_clone(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # sam3 (DETR decoder cross-attention): torch.onnx's decomposition passes disagree on SDPA's output layout, so a
+    # .contiguous() dropped as a no-op in one pass leaves a view of a transposed tensor in the next; clone always stays.
+    if node.op != "call_function" or node.target is not torch.ops.aten.contiguous.default:
+        return False
+    value = _fake_value(node.args[0])
+    if value is None or is_contiguous_or_false(value):
+        return False
+    node.target, node.kwargs = torch.ops.aten.clone.default, {"memory_format": torch.contiguous_format}
+    return True
+
+
+@register_fx_node_fix("onnx")
 def _fix_squeeze_of_non_unit_dim(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # parakeet TDT (joint output): squeeze(2) of a dim of size 7 is a no-op in torch, but becomes an ONNX Squeeze that
     # the checker rejects ("Dimension of input 2 must be 1 instead of 7"); drop the dims that are statically not 1.
