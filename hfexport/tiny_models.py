@@ -122,7 +122,16 @@ _LAYER_KEYS = frozenset({"num_layers", "n_layer", "n_layers", "encoder_layers", 
 _HEAD_KEYS = frozenset({"n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"})
 _KV_HEAD_KEYS = frozenset({"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"})
 _HEAD_DIM_KEYS = frozenset(
-    {"head_dim", "d_kv", "kv_channels", "rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}
+    {
+        "head_dim",
+        "d_kv",
+        "kv_channels",
+        "rotary_dim",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "swa_head_dim",
+    }
 )
 _LORA_RANK_KEYS = frozenset({"kv_lora_rank", "q_lora_rank"})
 _EXPERT_KEYS = frozenset({"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"})
@@ -148,6 +157,7 @@ _SUFFIX_CAPS = (
     (("intermediate_size", "_ffn_dim", "_inner_dim"), INTERMEDIATE),
     (("num_hidden_layers", "_num_layers", "num_encoder_layers", "num_decoder_layers"), LAYERS),
     (("num_attention_heads", "_num_heads", "_attention_heads"), HEADS),
+    (("_num_key_value_heads",), KV_HEADS),
     (("vocab_size",), VOCAB),
 )
 _CAPS = {
@@ -194,12 +204,69 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     "cvt": {"depth": [1, 2, 3]},
     # The 2D layout embeddings are six slices of hidden_size // 6 that must add back up to hidden_size.
     "lilt": {"hidden_size": 48},
+    # Likewise four coordinate and two shape embeddings.
+    "layoutlmv3": {"hidden_size": 48, "coordinate_size": 8, "shape_size": 8},
     # The axial position embedding halves must add up to hidden_size.
     "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2]},
     # The block pattern repeats over the layers: two layers must still contain an attention block.
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     # Group norms over the narrowest tiny stage (16 channels).
     "bit": {"num_groups": 8},
+    # Hybrid stacks: two layers must still hold an attention layer, where the cache measures its length.
+    "bamba": {"attn_layer_indices": [1]},
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    "kimi_linear": {"layer_types": ["linear_attention", "full_attention"]},
+    "glm5_next_text": {"layer_types": ["linear_attention", "full_attention"]},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    # Hybrid layers share one transformer block, tied from the first hybrid layer to the others: two of them. Its
+    # attention reads the hidden states concatenated with the embeddings: twice the width.
+    "zamba": {
+        "num_hidden_layers": 3,
+        "layers_block_type": ["linear_attention", "hybrid", "hybrid"],
+        "attention_hidden_size": 2 * HIDDEN,
+    },
+    # Two layers cannot both produce and reuse the key/values of each attention kind.
+    "gemma3n_text": {"num_kv_shared_layers": 0},
+    # Settings the default configs leave to checkpoints, without which the model does not build or run.
+    "falcon_h1": {"mamba_d_ssm": 2 * HIDDEN},
+    "nemotron_h": {"n_groups": 1},
+    "dots1": {"n_routed_experts": EXPERTS, "n_shared_experts": 1},
+    "dbrx": {"attn_config": {"kv_n_heads": 1, "rope_theta": 10000.0, "clip_qkv": 8.0}},
+    "esm": {"pad_token_id": 1},
+    "xmod": {"default_language": "en_XX"},
+    # SAM's image embeddings meet the prompt embeddings (hidden_size wide, positions as sin/cos pairs).
+    "sam_vision_model": {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2},
+    "sam_hq_vision_model": {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2},
+    "sam_hq_mask_decoder": {"vit_dim": HIDDEN},
+    # SAM 2's Hiera stages double their width and the FPN lists them deepest first, with their feature map sizes (a
+    # 32-pixel image at strides 4, 8, 16); a global-attention block must not open a pooled stage (its window // the
+    # stride is 0); prompts are laid on the stride-16 image embeddings.
+    "sam2_hiera_det_model": {
+        "embed_dim_per_stage": [HIDDEN, 2 * HIDDEN, 4 * HIDDEN, 8 * HIDDEN],
+        "num_attention_heads_per_stage": [1, 2, 4, 8],
+        "blocks_per_stage": [1, 1, 2, 1],
+        "global_attention_blocks": [3],
+        "window_size_per_stage": [4, 4, 4, 2],
+    },
+    "sam2_vision_model": {
+        "backbone_channel_list": [8 * HIDDEN, 4 * HIDDEN, 2 * HIDDEN, HIDDEN],
+        "backbone_feature_sizes": [[8, 8], [4, 4], [2, 2]],
+    },
+    "sam2_prompt_encoder": {"patch_size": 16},
+    # The first stage reads the stem's channels.
+    "textnet": {"stem_out_channels": 16},
+    # Four stride-2 convs embed the patches: 16 pixels whatever patch_size says, but attention biases use it.
+    "levit": {"patch_size": 16},
+    # The top conv widens to round_filters(1280) whatever the stage widths; its norm reads hidden_dim.
+    "efficientnet": {"hidden_dim": 2560},
+    # Five stride-2 stages leave 1x1 of a 32-pixel image, too small for the last stage's 2x2 patches.
+    "mobilevitv2": {"image_size": 64},
+    # Probabilistic forecasters have no default horizon; one time feature (e.g. age) per step; autoformer's
+    # decoder starts from the last label_length steps of the context.
+    "autoformer": {"prediction_length": 4, "num_time_features": 1, "label_length": 2},
+    "informer": {"prediction_length": 4, "num_time_features": 1},
+    "time_series_transformer": {"prediction_length": 4, "num_time_features": 1},
 }
 
 
@@ -395,6 +462,19 @@ def _make_consistent(config_cls: type[PretrainedConfig], kwargs: dict[str, Any],
         kwargs["mamba_n_heads"] = kwargs.get("mamba_expand", 2) * hidden // HEAD_DIM
     elif {"expand", "num_heads", "head_dim"} <= kwargs.keys():
         kwargs["num_heads"] = kwargs["expand"] * hidden // kwargs["head_dim"]
+    if {"stage_in_channels", "stage_mid_channels", "stage_out_channels", "stem_channels"} <= kwargs.keys():
+        # HGNet stages chain: each reads what the previous one wrote, the first reads the stem's output.
+        out = _shrink_list("hidden_sizes", kwargs["stage_out_channels"])
+        mids = zip(kwargs["stage_mid_channels"], out, strict=True)
+        kwargs["stage_mid_channels"] = [min(mid, width) for mid, width in mids]
+        kwargs["stage_in_channels"] = [kwargs["stem_channels"][-1], *out[:-1]]
+        kwargs["stage_out_channels"] = kwargs["hidden_sizes"] = out
+    if "out_indices" in kwargs:
+        # Backbone levels an outer config asks for (RT-DETR reads three), among the stages the tiny backbone has.
+        depths = kwargs.get("depths", original.get("depths"))
+        stages = len(depths) if isinstance(depths, list | tuple) else kwargs.get("num_hidden_layers")
+        if stages:
+            kwargs["out_indices"] = sorted({min(index, stages) for index in kwargs["out_indices"]})
     rope = kwargs.get("rope_parameters", original.get("rope_parameters"))
     if isinstance(rope, dict) and (
         "mrope_section" in rope or "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ())
@@ -415,6 +495,9 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, 
         attribute = vars(config).get(key)
         if isinstance(attribute, PretrainedConfig):
             kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids)}
+            continue
+        if key == "out_indices" and value:
+            kwargs[key] = value  # derived by default, but set by outer configs: clamped in _make_consistent
             continue
         if key in _SKIPPED_KEYS or key not in declared:
             continue
@@ -447,7 +530,25 @@ def _build_tiny_config(model_class: type[PreTrainedModel]) -> PretrainedConfig:
     model_type = getattr(config_cls, "model_type", "")
     default = AutoConfig.for_model(model_type) if model_type in CONFIG_MAPPING_NAMES else config_cls()
     kwargs = _shrink_config(default, _TokenIds())
-    return type(default)(**kwargs)
+    config = type(default)(**kwargs)
+    _fill_sizes_left_to_checkpoints(config)
+    return config
+
+
+def _fill_sizes_left_to_checkpoints(config: PretrainedConfig) -> None:
+    # Some default configs leave these None for checkpoints to fill in (ministral, hunyuan, nemotron, deepseek_v2,
+    # dots1): the model then fails to build or route. Derive them as the constructors of the other models do.
+    stored = vars(config)
+    for value in stored.values():
+        if isinstance(value, PretrainedConfig):
+            _fill_sizes_left_to_checkpoints(value)
+    heads = stored.get("num_attention_heads")
+    if isinstance(heads, int) and stored.get("head_dim", 0) is None:
+        config.head_dim = config.hidden_size // heads
+    if isinstance(heads, int) and stored.get("num_key_value_heads", 0) is None:
+        config.num_key_value_heads = min(KV_HEADS, heads)
+    if any(stored.get(key) for key in _EXPERT_KEYS) and stored.get("num_experts_per_tok", 0) is None:
+        config.num_experts_per_tok = EXPERTS_PER_TOKEN
 
 
 def tiny_config(name: str, checkout: Path | None = None) -> PretrainedConfig:
@@ -598,6 +699,21 @@ def _input_features(
 _FEATURE_SIZE_KEYS = ("feature_projection_input_dim", "num_mel_bins", "input_feat_per_channel", "feature_size")
 
 
+def _forecast_windows(config: PretrainedConfig, batch_size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    # Probabilistic forecasters (autoformer, informer): the past window also holds the max(lags) older steps the lag
+    # features read; the future window is the teacher-forced horizon.
+    past = config.context_length + max(config.lags_sequence)
+    future = config.prediction_length
+    features = config.num_time_features
+    return {
+        "past_values": torch.randn(batch_size, past, generator=generator),
+        "past_time_features": torch.randn(batch_size, past, features, generator=generator),
+        "past_observed_mask": torch.ones(batch_size, past),
+        "future_values": torch.randn(batch_size, future, generator=generator),
+        "future_time_features": torch.randn(batch_size, future, features, generator=generator),
+    }
+
+
 def _forward_parameters(model: PreTrainedModel) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
@@ -649,6 +765,8 @@ def sample_inputs(
         # Neural audio codecs (encodec, dac, mimi, xcodec) take (batch, channels, time); speech encoders (batch, time).
         shape = (batch_size, getattr(config, "audio_channels", 1), length) if hasattr(config, "codebook_size") else ()
         inputs["input_values"] = torch.randn(shape or (batch_size, length), generator=generator)
+    elif main_input == "past_values" and "past_time_features" in parameters:
+        inputs.update(_forecast_windows(config, batch_size, generator))
     elif main_input == "past_values":
         # Time-series transformers: (batch, context, channels) windows, or (batch, context) for univariate ones.
         channels = getattr(config, "num_input_channels", None)
