@@ -235,6 +235,8 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     "dbrx": {"attn_config": {"kv_n_heads": 1, "rope_theta": 10000.0, "clip_qkv": 8.0}},
     "esm": {"pad_token_id": 1},
     "xmod": {"default_language": "en_XX"},
+    # Its layer count is stored as n_layers, which the constructor does not accept (the generic cap cannot reach it).
+    "inkling_vision": {"num_hidden_layers": LAYERS},
     # SAM's image embeddings meet the prompt embeddings (hidden_size wide, positions as sin/cos pairs).
     "sam_vision_model": {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2},
     "sam_hq_vision_model": {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2},

@@ -159,6 +159,7 @@ def test_structured_inputs_run_forward(name: str, shapes: dict[str, tuple[int, .
         "Sam2Model",
         "LayoutLMv3Model",
         "EfficientNetForImageClassification",
+        "InklingModel",
     ],
 )
 def test_constrained_configs_build_and_run(name: str) -> None:
