@@ -226,8 +226,9 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
         "layers_block_type": ["linear_attention", "hybrid", "hybrid"],
         "attention_hidden_size": 2 * HIDDEN,
     },
-    # Two layers cannot both produce and reuse the key/values of each attention kind.
-    "gemma3n_text": {"num_kv_shared_layers": 0},
+    # Two layers cannot both produce and reuse the key/values of each attention kind; the per-layer embeddings
+    # have their own vocabulary (262144 entries of 256 per layer: 134M parameters).
+    "gemma3n_text": {"num_kv_shared_layers": 0, "vocab_size_per_layer_input": VOCAB},
     # Settings the default configs leave to checkpoints, without which the model does not build or run.
     "falcon_h1": {"mamba_d_ssm": 2 * HIDDEN},
     "nemotron_h": {"n_groups": 1},
