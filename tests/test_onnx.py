@@ -90,6 +90,21 @@ def test_llm_names_and_cache_outputs():
     assert [v.name for v in graph.outputs][:3] == ["logits", "past_key_values.0.key", "past_key_values.0.value"]
 
 
+def test_output_named_like_an_input_keeps_the_input_fed(tmp_path):
+    # qwen2_audio returns its attention_mask: the optimizer would rename the input to attention_mask_orig, which
+    # the runner then never feeds.
+    model = tiny_model("Qwen2AudioForConditionalGeneration")
+    inputs = sample_inputs(model)
+    exported = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
+    graph = exported.programs["model"].graph
+    assert [v.name for v in graph.inputs] == ["input_ids", "attention_mask"]
+    assert graph.outputs[-1].name == "attention_mask.output"
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "qwen2_audio"))
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert max_abs_diff(loaded(**inputs).logits, expected.logits) < 1e-4
+
+
 def test_external_data_and_session_options(tmp_path, monkeypatch):
     model = tiny_model("bert")
     inputs = sample_inputs(model)

@@ -140,6 +140,41 @@ def _fix_contiguous_as_clone(graph_module: torch.fx.GraphModule, node: torch.fx.
     return True
 
 
+def _has_copy_upstream(node: Any) -> bool:
+    """Whether a copy (clone) feeds ``node`` through views, reshapes and transposes only."""
+    layout_ops = (
+        torch.ops.aten.view.default,
+        torch.ops.aten.reshape.default,
+        torch.ops.aten.transpose.int,
+        torch.ops.aten.permute.default,
+    )
+    while isinstance(node, torch.fx.Node) and node.target in layout_ops:
+        node = node.args[0]
+    return isinstance(node, torch.fx.Node) and node.target is torch.ops.aten.clone.default
+
+
+@register_fx_node_fix("onnx")
+def _fix_view_of_transposed_copy(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # jetmoe: _fix_reshape_of_strided_view copies the SDPA output to a contiguous layout, so a later view of its
+    # transpose, traced against the fused kernel's layout, fails in decomposition ("Cannot view a tensor"); view a
+    # contiguous copy of the transpose instead.
+    if node.op != "call_function" or node.target is not torch.ops.aten.view.default:
+        return False
+    source = node.args[0]
+    transposes = (torch.ops.aten.transpose.int, torch.ops.aten.permute.default)
+    if not isinstance(source, torch.fx.Node) or source.target not in transposes or not _has_copy_upstream(source):
+        return False
+    value = _fake_value(source)
+    with graph_module.graph.inserting_before(node):
+        contiguous = graph_module.graph.call_function(
+            torch.ops.aten.clone.default, (source,), {"memory_format": torch.contiguous_format}
+        )
+    if value is not None:
+        contiguous.meta["val"] = value.clone(memory_format=torch.contiguous_format)
+    node.replace_input_with(source, contiguous)
+    return True
+
+
 @register_fx_node_fix("onnx")
 def _fix_squeeze_of_non_unit_dim(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # parakeet TDT (joint output): squeeze(2) of a dim of size 7 is a no-op in torch, but becomes an ONNX Squeeze that
@@ -317,9 +352,8 @@ class OnnxExporter(DynamoExporter):
                 onnx_program.optimize()
                 timings["optimize"] = round(time.perf_counter() - started, 3)
             onnx_model = onnx_program.model
-            # A model returning a bare tensor has one unnamed leaf; ONNX values need a name.
-            metadata["output_names"] = [name or f"output_{i}" for i, name in enumerate(metadata["output_names"])]
-            _name_outputs(onnx_model.graph, metadata["output_names"])
+            input_names = metadata["input_names"]
+            metadata["output_names"] = _name_outputs(onnx_model.graph, metadata["output_names"], input_names)
             _name_dynamic_axes(onnx_model, metadata["input_names"])
             applied += [fix.__name__ for fix in _IR_FIXES if fix(onnx_model)]
             if config.check:
@@ -357,10 +391,14 @@ def _weight_bytes(model: ir.Model) -> int:
     return sum(value.const_value.nbytes for value in model.graph.initializers.values() if value.const_value is not None)
 
 
-def _name_outputs(graph: ir.Graph, names: list[str]) -> None:
-    """Give graph outputs the model's leaf names; a graph input or a repeated value is first copied by Identity."""
-    if len(names) != len(graph.outputs):
-        raise ValueError(f"the ONNX graph has {len(graph.outputs)} outputs, the traced program {len(names)}")
+def _name_outputs(graph: ir.Graph, leaf_names: list[str | None], input_names: list[str]) -> list[str]:
+    """Give graph outputs the model's leaf names and return them; a graph input or a repeated value is first copied
+    by Identity. A bare tensor's unnamed leaf becomes ``output_<i>``; an output named like an input (qwen2_audio
+    returns its attention_mask) gets an ``.output`` suffix, since ONNX names are unique."""
+    if len(leaf_names) != len(graph.outputs):
+        raise ValueError(f"the ONNX graph has {len(graph.outputs)} outputs, the traced program {len(leaf_names)}")
+    names = [name or f"output_{i}" for i, name in enumerate(leaf_names)]
+    names = [f"{name}.output" if name in input_names else name for name in names]
     seen: set[int] = set()
     for index, (value, name) in enumerate(zip(list(graph.outputs), names, strict=True)):
         if value.is_graph_input() or id(value) in seen:
@@ -371,6 +409,11 @@ def _name_outputs(graph: ir.Graph, names: list[str]) -> None:
             graph.outputs[index] = value = copy
         seen.add(id(value))
         value.name = name
+    # The optimizer's OutputFixPass renames an input returned as is to "<name>_orig": give it its name back.
+    for value in graph.inputs:
+        if value.name and value.name.endswith("_orig") and value.name.removesuffix("_orig") in input_names:
+            value.name = value.name.removesuffix("_orig")
+    return names
 
 
 # Readable names for dynamic axes, by input name and axis; the first input that uses a symbol names it.
