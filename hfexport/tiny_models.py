@@ -233,6 +233,8 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     "falcon_h1": {"mamba_d_ssm": 2 * HIDDEN},
     "nemotron_h": {"n_groups": 1},
     "dots1": {"n_routed_experts": EXPERTS, "n_shared_experts": 1},
+    # One expert by default: routing degenerates (histc over a single bin whose min equals its max).
+    "hunyuan_v1_moe": {"num_experts": EXPERTS, "moe_topk": EXPERTS_PER_TOKEN},
     "dbrx": {"attn_config": {"kv_n_heads": 1, "rope_theta": 10000.0, "clip_qkv": 8.0}},
     "esm": {"pad_token_id": 1},
     "xmod": {"default_language": "en_XX"},

@@ -115,6 +115,14 @@ NEEDED = [
     ("ParakeetForTDT", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_squeeze_of_non_unit_dim",), "Squeeze"),
     ("Sam3Model", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_contiguous_as_clone",), "Cannot view a tensor"),
     ("JetMoeForCausalLM", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_view_of_transposed_copy",), "Cannot view"),
+    (
+        "DeepseekV2ForCausalLM",
+        "onnx",
+        export_utils._PATCHES,
+        "onnx",
+        ("_patch_rotary_frequencies_as_cos_sin", "_patch_rotary_product_as_real"),
+        "stage 4 ONNX translations",
+    ),
 ]
 
 
