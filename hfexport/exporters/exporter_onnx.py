@@ -150,13 +150,20 @@ def _fix_reshape_of_strided_view(graph_module: torch.fx.GraphModule, node: torch
         return False
     if is_contiguous_or_false(value):
         return False
+    _read_contiguous_copy(graph_module, node, source)
+    return True
+
+
+def _read_contiguous_copy(graph_module: torch.fx.GraphModule, node: torch.fx.Node, source: torch.fx.Node) -> None:
+    """Make ``node`` read a contiguous clone of its input ``source`` instead of ``source`` itself."""
     with graph_module.graph.inserting_before(node):
         contiguous = graph_module.graph.call_function(
             torch.ops.aten.clone.default, (source,), {"memory_format": torch.contiguous_format}
         )
-    contiguous.meta["val"] = value.clone(memory_format=torch.contiguous_format)
+    value = _fake_value(source)
+    if value is not None:
+        contiguous.meta["val"] = value.clone(memory_format=torch.contiguous_format)
     node.replace_input_with(source, contiguous)
-    return True
 
 
 @register_fx_node_fix("onnx")
@@ -196,14 +203,7 @@ def _fix_view_of_transposed_copy(graph_module: torch.fx.GraphModule, node: torch
     transposes = (torch.ops.aten.transpose.int, torch.ops.aten.permute.default)
     if not isinstance(source, torch.fx.Node) or source.target not in transposes or not _has_copy_upstream(source):
         return False
-    value = _fake_value(source)
-    with graph_module.graph.inserting_before(node):
-        contiguous = graph_module.graph.call_function(
-            torch.ops.aten.clone.default, (source,), {"memory_format": torch.contiguous_format}
-        )
-    if value is not None:
-        contiguous.meta["val"] = value.clone(memory_format=torch.contiguous_format)
-    node.replace_input_with(source, contiguous)
+    _read_contiguous_copy(graph_module, node, source)
     return True
 
 
