@@ -13,6 +13,7 @@ pytest.importorskip("executorch")
 from support import max_abs_diff
 
 from hfexport.exporters import ExportedModel, ExportStageError
+from hfexport.exporters import exporter_executorch as executorch_exporter
 from hfexport.exporters import utils as export_utils
 from hfexport.exporters.exporter_executorch import (
     ExecutorchConfig,
@@ -232,6 +233,43 @@ def test_conv1d_patch_keeps_dynamic_conv1d_lowerable(monkeypatch):
     monkeypatch.setitem(export_utils._PATCHES, "executorch", kept)
     with pytest.raises(ExportStageError, match="XNNPACK reshape only supports 1 dynamic dimension"):
         run_module(conv, traced, fed)
+
+
+class ScaleEachPosition(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return x.unsqueeze(-1) * self.scale
+
+
+def test_unsqueeze_patch_keeps_two_dynamic_dims_lowerable(monkeypatch):
+    module = ScaleEachPosition().eval()
+    traced, fed = torch.randn(2, 5), torch.randn(3, 7)
+    output, _ = run_module(module, traced, fed)
+    torch.testing.assert_close(output, module(fed).detach())
+    without_workaround(monkeypatch, "_patch_unsqueeze_one_dynamic_dim")
+    with pytest.raises(ExportStageError, match="XNNPACK reshape only supports 1 dynamic dimension"):
+        run_module(module, traced, fed)
+
+
+class LinearOfComputedWeight(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.linear(x, x[0, :4, :4])
+
+
+def test_fast_lowering_runs_a_declined_linear_on_its_portable_kernel(monkeypatch):
+    # XNNPACK declines a linear whose weight is not a constant; fast lowering kept it whole, and ExecuTorch's
+    # check that every kept op was delegated would fail the export although the runtime has the kernel.
+    module = LinearOfComputedWeight()
+    traced, fed = torch.randn(2, 5, 4), torch.randn(3, 6, 4)
+    output, metadata = run_module(module, traced, fed)
+    torch.testing.assert_close(output, module(fed))
+    assert metadata["delegate_partitions"] == 0
+    monkeypatch.setattr(executorch_exporter, "_warn_on_undelegated_ops", executorch_exporter._check_undelegated_ops)
+    with pytest.raises(ExportStageError, match="was not decomposed or delegated"):
+        run_module(module, traced, fed)
 
 
 def test_every_workaround_is_registered_and_named():

@@ -238,3 +238,15 @@ def test_cli_max_cache_len_needs_for_generation(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["export", "llama", "--max-cache-len", "32", "-o", str(tmp_path / "x")])
     assert result.exit_code == 2
     assert "--max-cache-len only applies with --for-generation" in result.output
+
+
+def test_gate_records_generation_as_skipped_when_eager_cannot_generate_text() -> None:
+    # Higgs-Audio v2 is a decoder LM whose generate() emits audio codebooks and rejects min_new_tokens: the gate's
+    # greedy comparison has no eager reference, so the cell passes on its forward check and says why.
+    from hfexport.gate.checks import run_cell
+
+    job = {"model_type": "higgs_audio_v2", "model_class": "HiggsAudioV2ForConditionalGeneration"}
+    cell = run_cell({**job, "module": None, "backend": "dynamo", "generation": True}, None)
+    assert cell["status"] == "pass", cell["error"]
+    assert cell["generation"]["status"] == "skipped"
+    assert "eager generate() fails" in cell["generation"]["detail"]

@@ -35,6 +35,7 @@ from executorch.exir import (  # noqa: E402
 from executorch.exir.passes.executorch_prim_ops_registry import (  # noqa: E402
     _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS,
 )
+from executorch.exir.program import _program as exir_program  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 from torch.fx.experimental.symbolic_shapes import free_symbols  # noqa: E402
 
@@ -213,11 +214,30 @@ def _patch_conv1d_one_dynamic_dim(original: Callable) -> Callable:
     # only ("XNNPACK reshape only supports 1 dynamic dimension"): leave such a conv1d to the portable kernel.
     def check_constraints(self: Any, node: torch.fx.Node, ep: ExportedProgram) -> bool:
         output = node.meta.get("val")
-        if isinstance(output, torch.Tensor) and output.dim() == 3 and len(free_symbols(output.shape)) > 1:
+        if isinstance(output, torch.Tensor) and output.dim() == 3 and _dynamic_dims(output) > 1:
             return False
         return original(self, node, ep)
 
     return check_constraints
+
+
+@register_patch(
+    BACKEND, "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints"
+)
+def _patch_unsqueeze_one_dynamic_dim(original: Callable) -> Callable:
+    # gemma3n, falcon_h1, long_t5 (dynamic): the partitioner takes an unsqueeze its serializer then rejects (a static
+    # reshape with two dynamic dims: "XNNPACK reshape only supports 1 dynamic dimension"); leave it to portable.
+    def check_constraints(self: Any, node: torch.fx.Node, ep: ExportedProgram) -> bool:
+        output = node.meta.get("val")
+        if isinstance(output, torch.Tensor) and _dynamic_dims(output) > 1:
+            return False
+        return original(self, node, ep)
+
+    return check_constraints
+
+
+def _dynamic_dims(value: torch.Tensor) -> int:
+    return sum(1 for size in value.shape if free_symbols(size))
 
 
 @register_patch(BACKEND, "executorch.backends.xnnpack._passes.convert_to_sdpa.ConvertToSDPAPass.call")
@@ -446,11 +466,17 @@ def _swapped(owner: Any, name: str, replacement: Any) -> Iterator[None]:
         setattr(owner, name, original)
 
 
+_check_undelegated_ops = exir_program._sanity_check_graph_for_non_decomp_ops
+
+
+def _warn_on_undelegated_ops(*args: Any, **kwargs: Any) -> None:
+    _check_undelegated_ops(*args, **{**kwargs, "generate_error": False})
+
+
 @contextlib.contextmanager
 def _fast_lowering() -> Iterator[None]:
     """Speed levers for to_edge_transform_and_lower / to_executorch; every swap is undone on exit."""
     import executorch.backends.xnnpack._passes as xnnpack_passes
-    import executorch.exir.program._program as program_module
     import torch.export.exported_program as exported_program_module
 
     manager = xnnpack_passes.XNNPACKPassManager
@@ -474,9 +500,12 @@ def _fast_lowering() -> Iterator[None]:
         _swapped(manager, "__init__", pruned_init),
         _swapped(ExportedProgram, "run_decompositions", decompose_once),
         # The table pass is skipped when no op of the table is left; it is now the one that functionalizes.
-        _swapped(program_module, "contains_any_call_fn_target_op", lambda graph_module, ops: True),
+        _swapped(exir_program, "contains_any_call_fn_target_op", lambda graph_module, ops: True),
         # Guards are only turned into code by ExportedProgram.module(), which ExecuTorch never calls.
         _swapped(exported_program_module, "_convert_guards_to_code", lambda graph_module: []),
+        # An op kept whole that XNNPACK declines (higgs_audio_v2's linear) runs on its portable kernel: only
+        # ops with one are kept, so the check that every kept op was delegated warns instead of failing.
+        _swapped(exir_program, "_sanity_check_graph_for_non_decomp_ops", _warn_on_undelegated_ops),
     ):
         yield
 

@@ -132,8 +132,8 @@ def _validate_cell(errors: list[str], where: str, cell: Any) -> None:
         _check_type(errors, f"{where}.source.line", cell["source"].get("line"), (int,), nullable=True)
     generation = cell["generation"]
     valid = _check_type(errors, f"{where}.generation", generation, (dict,), nullable=True)
-    if valid and generation and generation.get("status") not in ("pass", "fail"):
-        errors.append(f"{where}.generation.status: expected pass or fail")
+    if valid and generation and generation.get("status") not in ("pass", "fail", "skipped"):
+        errors.append(f"{where}.generation.status: expected pass, fail or skipped")
     if cell["status"] in FAILURE_STATUSES and not cell["error"]:
         errors.append(f"{where}: a {cell['status']} cell needs an error")
 
