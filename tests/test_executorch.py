@@ -254,6 +254,26 @@ def test_unsqueeze_patch_keeps_two_dynamic_dims_lowerable(monkeypatch):
         run_module(module, traced, fed)
 
 
+class TimeShift(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shift = torch.nn.ZeroPad2d((0, 0, 1, -1))
+
+    def forward(self, x):
+        return self.shift(x) * 2
+
+
+def test_negative_pad_fix_runs_on_the_runtime(monkeypatch):
+    module = TimeShift()
+    traced, fed = torch.randn(2, 5, 4), torch.randn(3, 7, 4)
+    output, metadata = run_module(module, traced, fed)
+    assert "_fix_negative_pad_as_slice" in metadata["workarounds"]["fixes"]
+    torch.testing.assert_close(output, module(fed))
+    without_node_fix(monkeypatch, "_fix_negative_pad_as_slice")
+    with pytest.raises(RuntimeError, match="failed with error 0x12"):
+        run_module(module, traced, fed)
+
+
 class LinearOfComputedWeight(torch.nn.Module):
     def forward(self, x):
         return torch.nn.functional.linear(x, x[0, :4, :4])

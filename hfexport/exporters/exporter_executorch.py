@@ -393,6 +393,31 @@ def _fix_unsqueeze_as_view(graph_module: torch.fx.GraphModule, node: torch.fx.No
     return True
 
 
+_CONSTANT_PADS = (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.default)
+
+
+@register_fx_node_fix(BACKEND)
+def _fix_negative_pad_as_slice(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # rwkv's time shift (`ZeroPad2d((0, 0, 1, -1))`): ExecuTorch's constant_pad_nd kernel rejects negative padding
+    # at run time ("Padding values must be non-negative"); crop those sides with a slice, then pad the rest.
+    if node.op != "call_function" or node.target not in _CONSTANT_PADS:
+        return False
+    source, pad = node.args[:2]
+    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+    if mode != "constant" or not any(isinstance(p, int) and p < 0 for p in pad):
+        return False
+    cropped, rank = source, source.meta["val"].dim()
+    with graph_module.graph.inserting_before(node):
+        for index in range(0, len(pad), 2):
+            before, after = pad[index], pad[index + 1]
+            if before < 0 or after < 0:
+                dim, start, end = rank - 1 - index // 2, max(-before, 0), after if after < 0 else None
+                cropped = graph_module.graph.call_function(torch.ops.aten.slice.Tensor, (cropped, dim, start, end))
+                cropped.meta["val"] = torch.ops.aten.slice.Tensor(cropped.args[0].meta["val"], dim, start, end)
+    node.args = (cropped, [max(p, 0) for p in pad], *node.args[2:])
+    return True
+
+
 # ── Lowering speed ──
 # Measured on a tiny 2-layer Llama (see scripts/bench_executorch.py): the cost of to_edge_transform_and_lower is
 # re-tracing. Every XNNPACK partition is preprocessed on its own by 17 passes that each re-trace the partition
