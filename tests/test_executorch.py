@@ -274,6 +274,28 @@ def test_negative_pad_fix_runs_on_the_runtime(monkeypatch):
         run_module(module, traced, fed)
 
 
+class TransposedAndContiguous(torch.nn.Module):
+    def forward(self, x):
+        transposed = (x * 2).transpose(1, 2)
+        return transposed, transposed.contiguous()
+
+
+def test_clone_patch_keeps_two_outputs_of_one_partition(monkeypatch):
+    # bloom, xglm: a partition returning a tensor and a clone of it would return one node twice after clone removal.
+    module = TransposedAndContiguous()
+    traced, fed = torch.randn(2, 5, 4), torch.randn(3, 7, 4)
+    program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig(dynamic=True))
+    assert metadata["delegate_partitions"] == 1
+    from executorch.runtime import Runtime
+
+    outputs = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([fed])
+    for output, expected in zip(outputs, module(fed), strict=True):
+        torch.testing.assert_close(output, expected)
+    without_workaround(monkeypatch, "_patch_keep_clone_of_an_output")
+    with pytest.raises(ExportStageError, match="is already in the inputs"):
+        ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig(dynamic=True))
+
+
 class LinearOfComputedWeight(torch.nn.Module):
     def forward(self, x):
         return torch.nn.functional.linear(x, x[0, :4, :4])

@@ -236,6 +236,18 @@ def _patch_unsqueeze_one_dynamic_dim(original: Callable) -> Callable:
     return check_constraints
 
 
+@register_patch(BACKEND, "executorch.backends.xnnpack._passes.XNNPACKRemoveCloneOpsTransform._is_input_output_copy")
+def _patch_keep_clone_of_an_output(original: Callable) -> Callable:
+    # bloom, xglm (dynamic): a partition returns a permute and a contiguous clone of it; XNNPACK's clone removal
+    # merges the two outputs into one node ("Output node ... is already in the inputs"): keep such a clone.
+    def _is_input_output_copy(self: Any, node: torch.fx.Node) -> bool:
+        returned = any(user.op == "output" for user in node.users)
+        source_returned = any(user.op == "output" for user in node.args[0].users)
+        return original(self, node) or (returned and source_returned)
+
+    return _is_input_output_copy
+
+
 def _dynamic_dims(value: torch.Tensor) -> int:
     return sum(1 for size in value.shape if free_symbols(size))
 
