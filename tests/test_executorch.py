@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -81,6 +82,29 @@ def test_dynamic_shapes_within_bounds_and_clear_error_outside(name, tmp_path):
     too_long = sample_inputs(model, seq_length=17, seed=1)
     with pytest.raises(ValueError, match=r"'input_ids' dimension 1 is 17, outside the exported bounds \[\d+, 16\]"):
         loaded(**too_long)
+
+
+class ScaledSoftmax(torch.nn.Module):
+    def forward(self, x):
+        return x.softmax(-1) * 2
+
+
+def test_dynamic_bound_is_lowered_until_planned_memory_fits_the_budget():
+    module, traced = ScaledSoftmax(), torch.randn(2, 5, 6)
+    # Three dynamic dims at 256 plan 2 x 64 MiB; at 64 they plan 2 x 1 MiB.
+    config = ExecutorchConfig(dynamic=True, planned_memory_budget_gib=0.01)
+    program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    assert metadata["dynamic_dims"]["x"] == {"0": [2, 64], "1": [2, 64], "2": [2, 64]}
+    assert metadata["planned_memory_bytes"] <= 0.01 * 2**30
+    from executorch.runtime import Runtime
+
+    fed = torch.randn(64, 3, 64)
+    output = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([fed])[0]
+    torch.testing.assert_close(output, module(fed))
+    unbudgeted = dataclasses.replace(config, planned_memory_budget_gib=None)
+    _, metadata = ExecutorchExporter().export_program(module, {"x": traced}, unbudgeted)
+    assert metadata["dynamic_dims"]["x"]["0"] == [2, 256]
+    assert metadata["planned_memory_bytes"] > 0.01 * 2**30
 
 
 def test_static_export_rejects_other_shapes(tmp_path):
@@ -252,6 +276,49 @@ def test_unsqueeze_patch_keeps_two_dynamic_dims_lowerable(monkeypatch):
     without_workaround(monkeypatch, "_patch_unsqueeze_one_dynamic_dim")
     with pytest.raises(ExportStageError, match="XNNPACK reshape only supports 1 dynamic dimension"):
         run_module(module, traced, fed)
+
+
+class TubeletEmbedding(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.projection = torch.nn.Conv3d(3, 8, kernel_size=(2, 4, 4), stride=(2, 4, 4))
+
+    def forward(self, x):
+        return self.projection(x).flatten(2)
+
+
+def test_conv3d_patch_runs_a_tubelet_embedding(monkeypatch):
+    # videomae, vivit: ExecuTorch has no kernel for a 3-D convolution.
+    module, traced = TubeletEmbedding().eval(), torch.randn(1, 3, 4, 8, 8)
+    program, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    from executorch.runtime import Runtime
+
+    output = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([traced])[0]
+    torch.testing.assert_close(output, module(traced).detach(), atol=1e-5, rtol=1e-5)
+    without_workaround(monkeypatch, "_patch_conv3d_as_conv2d")
+    program, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    with pytest.raises(RuntimeError, match="failed with error 0x12"):
+        Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([traced])
+
+
+class MaxNormalized(torch.nn.Module):
+    def forward(self, x):
+        return x - x.max(dim=-1, keepdim=True).values
+
+
+def test_max_dim_fix_keeps_a_negative_dim_max_delegated(monkeypatch):
+    # gpt_oss attention sinks: a max over dim -1 of 4D scores.
+    module, traced = MaxNormalized(), torch.randn(2, 3, 5, 6)
+    program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    assert "_fix_max_dim_positive" in metadata["workarounds"]["fixes"]
+    assert metadata["delegate_partitions"] == 1
+    from executorch.runtime import Runtime
+
+    output = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([traced])[0]
+    torch.testing.assert_close(output, module(traced))
+    without_node_fix(monkeypatch, "_fix_max_dim_positive")
+    with pytest.raises(ExportStageError, match=r"amax\.default only supports dim == 2 or dim == 3"):
+        ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
 
 
 class TimeShift(torch.nn.Module):

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import logging
 import math
 import operator
 import time
@@ -50,6 +51,8 @@ from .utils import (  # noqa: E402
     register_patch,
 )
 
+logger = logging.getLogger(__name__)
+
 BACKEND = "executorch"
 _DELEGATE_CALL = "executorch_call_delegate"
 
@@ -61,13 +64,20 @@ class ExecutorchConfig(DynamoConfig):
     ``backend``: ``"xnnpack"`` (CPU, delegated), ``"portable"`` (CPU, no delegate) or ``"cuda"`` (needs a GPU).
     ``dynamic_upper_bound``: with ``dynamic=True``, the largest size every dynamic dimension accepts (at least its
     traced size); ExecuTorch plans memory for the bound, so keep it as small as the inputs you will feed.
+    ``planned_memory_budget_gib``: with automatic dynamic shapes, a bound whose planned memory exceeds this is
+    divided by 4 (down to 16) until it fits: a video model at 256 frames and batch 256 would plan 17 GiB. ``None``
+    keeps ``dynamic_upper_bound`` whatever it costs.
     ``fast_lowering``: lower with the speed-ups of ``_fast_lowering`` (same program semantics, XNNPACK kept).
     """
 
     export_format: str = "executorch"
     backend: str = "xnnpack"
     dynamic_upper_bound: int = 256
+    planned_memory_budget_gib: float | None = 2.0
     fast_lowering: bool = True
+
+
+_SMALLEST_AUTOMATIC_BOUND = 16
 
 
 # ── Stage 1: Backend preparation ──
@@ -199,6 +209,37 @@ def _patch_repeat_kv_as_broadcast(original: Callable) -> Callable:
 def _patch_experts_batched_mm(original: dict[str, Callable]) -> dict[str, Callable]:
     # mixtral (every MoE on grouped_mm): ExecuTorch has no out-variant kernel for transformers::grouped_mm_fallback.
     return {**original, "grouped_mm": original["batched_mm"]}
+
+
+@register_patch(BACKEND, "torch.nn.functional.conv3d")
+def _patch_conv3d_as_conv2d(original: Callable) -> Callable:
+    # videomae, vivit (patch embeddings): ExecuTorch has no 3-D convolution kernel, portable or XNNPACK ("Expect
+    # input tensor to be 3-D or 4-D"); where the time kernel tiles the input, fold time steps into channels.
+    def conv3d(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+    ) -> torch.Tensor:
+        stride, dilation = torch.nn.modules.utils._triple(stride), torch.nn.modules.utils._triple(dilation)
+        padding = padding if isinstance(padding, str) else torch.nn.modules.utils._triple(padding)
+        frames = weight.shape[2]
+        time_padding = 0 if padding == "valid" else None if isinstance(padding, str) else padding[0]
+        if (stride[0], dilation[0], time_padding, groups, input.dim()) != (frames, 1, 0, 1, 5):
+            return original(input, weight, bias, stride, padding, dilation, groups)
+        batch, channels, time, height, width = input.shape
+        steps = time // frames
+        folded = input[:, :, : steps * frames].reshape(batch, channels, steps, frames, height, width)
+        folded = folded.permute(0, 2, 1, 3, 4, 5).reshape(batch * steps, channels * frames, height, width)
+        kernel = weight.reshape(weight.shape[0], channels * frames, *weight.shape[3:])
+        spatial = padding if isinstance(padding, str) else padding[1:]
+        output = torch.nn.functional.conv2d(folded, kernel, bias, stride[1:], spatial, dilation[1:])
+        return output.reshape(batch, steps, *output.shape[1:]).permute(0, 2, 1, 3, 4)
+
+    return conv3d
 
 
 # ── Stage 3: ExecuTorch patches ──
@@ -405,6 +446,17 @@ def _fix_unsqueeze_as_view(graph_module: torch.fx.GraphModule, node: torch.fx.No
     return True
 
 
+@register_fx_node_fix(BACKEND)
+def _fix_max_dim_positive(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # gpt_oss attention sinks (`logits.max(dim=-1, keepdim=True)` on 4D): XNNPACK's partitioner takes a max over any
+    # dim and its serializer then accepts only dim 2 or 3 as written ("amax.default only supports dim == 2 or dim ==
+    # 3"): name the dim by its positive index.
+    if node.op != "call_function" or node.target is not torch.ops.aten.max.dim or node.args[1] >= 0:
+        return False
+    node.args = (node.args[0], node.args[1] + node.args[0].meta["val"].dim(), *node.args[2:])
+    return True
+
+
 _CONSTANT_PADS = (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.default)
 
 
@@ -573,6 +625,11 @@ def delegate_count(program: ExecutorchProgramManager | Any) -> int:
     return sum(1 for n in graph_module.graph.nodes if n.op == "call_function" and _DELEGATE_CALL in str(n.target))
 
 
+def planned_memory_bytes(program: ExecutorchProgramManager) -> int:
+    """The activation memory the runtime allocates when it loads ``program`` (every method, every memory arena)."""
+    return sum(sum(plan.non_const_buffer_sizes) for plan in program.executorch_program.execution_plan)
+
+
 class ExecutorchExporter(DynamoExporter):
     export_format = "executorch"
     config_class = ExecutorchConfig
@@ -590,10 +647,25 @@ class ExecutorchExporter(DynamoExporter):
             model, sample_inputs, partitioners = prepare(model, sample_inputs)
             if config.fast_lowering:
                 partitioners = _unfiltered(partitioners)
-        if config.dynamic and config.dynamic_shapes is None:
-            # ExecuTorch plans memory for the largest shape a program accepts: every dynamic dimension needs a bound.
-            shapes = auto_dynamic_shapes(sample_inputs, config.dynamic_upper_bound)
-            config = dataclasses.replace(config, dynamic_shapes=shapes)
+        if not config.dynamic or config.dynamic_shapes is not None:
+            return self._trace_and_lower(model, sample_inputs, config, partitioners)
+        # ExecuTorch plans memory for the largest shape a program accepts: every dynamic dimension needs a bound.
+        bound, budget = config.dynamic_upper_bound, config.planned_memory_budget_gib
+        while True:
+            shapes = auto_dynamic_shapes(sample_inputs, bound)
+            bounded = dataclasses.replace(config, dynamic_shapes=shapes)
+            program, metadata = self._trace_and_lower(model, sample_inputs, bounded, partitioners)
+            planned = metadata["planned_memory_bytes"]
+            if budget is None or planned <= budget * 2**30 or bound <= _SMALLEST_AUTOMATIC_BOUND:
+                return program, metadata
+            lower = max(bound // 4, _SMALLEST_AUTOMATIC_BOUND)
+            message = "ExecuTorch: dynamic upper bound %d plans %.1f GiB (budget %.1f GiB); exporting again with %d"
+            logger.warning(message, bound, planned / 2**30, budget, lower)
+            bound = lower
+
+    def _trace_and_lower(
+        self, model: torch.nn.Module, sample_inputs: dict[str, Any], config: ExecutorchConfig, partitioners: list
+    ) -> tuple[ExecutorchProgramManager, dict[str, Any]]:
         # Stages 2 and 3: DynamoExporter installs the "executorch" patches while tracing.
         program, metadata = super().export_program(model, sample_inputs, config)
         fixes = metadata["workarounds"]["fixes"]
@@ -622,6 +694,7 @@ class ExecutorchExporter(DynamoExporter):
             timings["to_executorch"] = round(time.perf_counter() - started, 3)
         metadata["backend"] = config.backend
         metadata["delegate_partitions"] = delegate_count(executorch_program)
+        metadata["planned_memory_bytes"] = planned_memory_bytes(executorch_program)
         for installed in report.installed:
             if installed not in metadata["workarounds"]["patches"]:
                 metadata["workarounds"]["patches"].append(installed)
