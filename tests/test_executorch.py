@@ -306,17 +306,16 @@ class MaxNormalized(torch.nn.Module):
         return x - x.max(dim=-1, keepdim=True).values
 
 
-def test_max_dim_fix_keeps_a_negative_dim_max_delegated(monkeypatch):
+def test_max_dim_patch_leaves_a_negative_dim_max_to_portable(monkeypatch):
     # gpt_oss attention sinks: a max over dim -1 of 4D scores.
     module, traced = MaxNormalized(), torch.randn(2, 3, 5, 6)
     program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
-    assert "_fix_max_dim_positive" in metadata["workarounds"]["fixes"]
-    assert metadata["delegate_partitions"] == 1
+    assert any(p.startswith("_patch_max_dim_two_or_three") for p in metadata["workarounds"]["patches"])
     from executorch.runtime import Runtime
 
     output = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([traced])[0]
     torch.testing.assert_close(output, module(traced))
-    without_node_fix(monkeypatch, "_fix_max_dim_positive")
+    without_workaround(monkeypatch, "_patch_max_dim_two_or_three")
     with pytest.raises(ExportStageError, match=r"amax\.default only supports dim == 2 or dim == 3"):
         ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
 
