@@ -96,10 +96,8 @@ def test_dynamic_bound_is_lowered_until_planned_memory_fits_the_budget():
     program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, config)
     assert metadata["dynamic_dims"]["x"] == {"0": [2, 64], "1": [2, 64], "2": [2, 64]}
     assert metadata["planned_memory_bytes"] <= 0.01 * 2**30
-    from executorch.runtime import Runtime
-
     fed = torch.randn(64, 3, 64)
-    output = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([fed])[0]
+    output = execute(program, fed)[0]
     torch.testing.assert_close(output, module(fed))
     unbudgeted = dataclasses.replace(config, planned_memory_budget_gib=None)
     _, metadata = ExecutorchExporter().export_program(module, {"x": traced}, unbudgeted)
@@ -143,13 +141,17 @@ class SizeAtLeastFour(torch.nn.Module):
         return x.new_ones(torch.sym_max(x.shape[1], 4)) * x.sum()
 
 
+def execute(program, *inputs: torch.Tensor) -> list[torch.Tensor]:
+    """``program``'s forward run on the ExecuTorch runtime."""
+    from executorch.runtime import Runtime
+
+    return Runtime.get().load_program(program_bytes(program)).load_method("forward").execute(list(inputs))
+
+
 def run_module(module: torch.nn.Module, traced: torch.Tensor, fed: torch.Tensor, **options) -> torch.Tensor:
     config = ExecutorchConfig(dynamic=True, **options)
     program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, config)
-    from executorch.runtime import Runtime
-
-    method = Runtime.get().load_program(program_bytes(program)).load_method("forward")
-    return method.execute([fed])[0], metadata
+    return execute(program, fed)[0], metadata
 
 
 def without_node_fix(monkeypatch, name: str) -> None:
@@ -291,14 +293,12 @@ def test_conv3d_patch_runs_a_tubelet_embedding(monkeypatch):
     # videomae, vivit: ExecuTorch has no kernel for a 3-D convolution.
     module, traced = TubeletEmbedding().eval(), torch.randn(1, 3, 4, 8, 8)
     program, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
-    from executorch.runtime import Runtime
-
-    output = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([traced])[0]
+    output = execute(program, traced)[0]
     torch.testing.assert_close(output, module(traced).detach(), atol=1e-5, rtol=1e-5)
     without_workaround(monkeypatch, "_patch_conv3d_as_conv2d")
     program, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
     with pytest.raises(RuntimeError, match="failed with error 0x12"):
-        Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([traced])
+        execute(program, traced)
 
 
 class MaxNormalized(torch.nn.Module):
@@ -311,9 +311,7 @@ def test_max_dim_patch_leaves_a_negative_dim_max_to_portable(monkeypatch):
     module, traced = MaxNormalized(), torch.randn(2, 3, 5, 6)
     program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
     assert any(p.startswith("_patch_max_dim_two_or_three") for p in metadata["workarounds"]["patches"])
-    from executorch.runtime import Runtime
-
-    output = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([traced])[0]
+    output = execute(program, traced)[0]
     torch.testing.assert_close(output, module(traced))
     without_workaround(monkeypatch, "_patch_max_dim_two_or_three")
     with pytest.raises(ExportStageError, match=r"amax\.default only supports dim == 2 or dim == 3"):
@@ -352,9 +350,7 @@ def test_clone_patch_keeps_two_outputs_of_one_partition(monkeypatch):
     traced, fed = torch.randn(2, 5, 4), torch.randn(3, 7, 4)
     program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig(dynamic=True))
     assert metadata["delegate_partitions"] == 1
-    from executorch.runtime import Runtime
-
-    outputs = Runtime.get().load_program(program_bytes(program)).load_method("forward").execute([fed])
+    outputs = execute(program, fed)
     for output, expected in zip(outputs, module(fed), strict=True):
         torch.testing.assert_close(output, expected)
     without_workaround(monkeypatch, "_patch_keep_clone_of_an_output")

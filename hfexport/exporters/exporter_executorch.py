@@ -253,13 +253,7 @@ def _patch_conv3d_as_conv2d(original: Callable) -> Callable:
 def _patch_conv1d_one_dynamic_dim(original: Callable) -> Callable:
     # wav2vec2 (dynamic): XNNPACK lowers conv1d as unsqueeze/conv2d/squeeze, and its reshape takes one dynamic dim
     # only ("XNNPACK reshape only supports 1 dynamic dimension"): leave such a conv1d to the portable kernel.
-    def check_constraints(self: Any, node: torch.fx.Node, ep: ExportedProgram) -> bool:
-        output = node.meta.get("val")
-        if isinstance(output, torch.Tensor) and output.dim() == 3 and _dynamic_dims(output) > 1:
-            return False
-        return original(self, node, ep)
-
-    return check_constraints
+    return _declining(original, lambda node: _dynamic_output_dims(node) > 1 and node.meta["val"].dim() == 3)
 
 
 @register_patch(
@@ -268,13 +262,7 @@ def _patch_conv1d_one_dynamic_dim(original: Callable) -> Callable:
 def _patch_unsqueeze_one_dynamic_dim(original: Callable) -> Callable:
     # gemma3n, falcon_h1, long_t5 (dynamic): the partitioner takes an unsqueeze its serializer then rejects (a static
     # reshape with two dynamic dims: "XNNPACK reshape only supports 1 dynamic dimension"); leave it to portable.
-    def check_constraints(self: Any, node: torch.fx.Node, ep: ExportedProgram) -> bool:
-        output = node.meta.get("val")
-        if isinstance(output, torch.Tensor) and _dynamic_dims(output) > 1:
-            return False
-        return original(self, node, ep)
-
-    return check_constraints
+    return _declining(original, lambda node: _dynamic_output_dims(node) > 1)
 
 
 @register_patch(BACKEND, "executorch.backends.xnnpack._passes.XNNPACKRemoveCloneOpsTransform._is_input_output_copy")
@@ -294,14 +282,21 @@ def _patch_max_dim_two_or_three(original: Callable) -> Callable:
     # gpt_oss attention sinks (`logits.max(dim=-1, keepdim=True)` on 4D): the partitioner takes a max over any dim,
     # its serializer takes dim 2 or 3 only ("amax.default only supports dim == 2 or dim == 3"), and written as 3
     # XNNPACK's result is wrong in that model (0.29 off); leave any other max to the portable kernel.
+    return _declining(original, lambda node: node.args[1] not in (2, 3))
+
+
+def _declining(original: Callable, declined: Callable[[torch.fx.Node], bool]) -> Callable:
+    """An XNNPACK partitioner ``check_constraints`` that also turns down the nodes ``declined`` picks."""
+
     def check_constraints(self: Any, node: torch.fx.Node, ep: ExportedProgram) -> bool:
-        return node.args[1] in (2, 3) and original(self, node, ep)
+        return not declined(node) and original(self, node, ep)
 
     return check_constraints
 
 
-def _dynamic_dims(value: torch.Tensor) -> int:
-    return sum(1 for size in value.shape if free_symbols(size))
+def _dynamic_output_dims(node: torch.fx.Node) -> int:
+    output = node.meta.get("val")
+    return sum(1 for size in output.shape if free_symbols(size)) if isinstance(output, torch.Tensor) else 0
 
 
 @register_patch(BACKEND, "executorch.backends.xnnpack._passes.convert_to_sdpa.ConvertToSDPAPass.call")
