@@ -652,6 +652,15 @@ def _flat_patches(
     }
 
 
+def _row_column_patches(config: PretrainedConfig, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+    """Pix2Struct: every patch as (row id, column id, pixels); ids count from 1, 0 marks padding."""
+    side = 4
+    rows, columns = torch.meshgrid(torch.arange(1, side + 1), torch.arange(1, side + 1), indexing="ij")
+    ids = torch.stack([rows.flatten(), columns.flatten()], dim=-1).float().expand(batch_size, -1, -1)
+    pixels = torch.randn(batch_size, side * side, _image_config(config).patch_embed_hidden_size, generator=generator)
+    return torch.cat([ids, pixels], dim=-1)
+
+
 def _native_resolution_patches(
     config: PretrainedConfig, batch_size: int, generator: torch.Generator
 ) -> dict[str, torch.Tensor]:
@@ -781,6 +790,8 @@ def sample_inputs(
             # TimesFM: no padded steps, and frequency class 0 (high frequency).
             inputs["past_values_padding"] = torch.zeros(shape[:2])
             inputs["freq"] = torch.zeros(batch_size, 1, dtype=torch.long)
+    elif main_input == "flattened_patches":
+        inputs["flattened_patches"] = _row_column_patches(config, batch_size, generator)
     elif main_input == "input_features":
         inputs["input_features"] = _input_features(config, batch_size, seq_length, generator)
     if "input_ids" not in inputs and "input_ids" in _required_parameters(model):

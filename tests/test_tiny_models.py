@@ -122,6 +122,8 @@ def test_modalities() -> None:
                 "future_time_features": (2, 4, 1),
             },
         ),
+        # Pix2Struct: 4x4 patches as (row id, column id, 32 pixel values), then decoder ids.
+        ("Pix2StructForConditionalGeneration", {"flattened_patches": (2, 16, 34), "decoder_input_ids": (2, 7)}),
     ],
 )
 def test_structured_inputs_run_forward(name: str, shapes: dict[str, tuple[int, ...]]) -> None:
