@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -91,6 +92,19 @@ def _patch_mask_indexing_as_getitem(_original: Callable) -> Callable:
     # torch.export.save rejects ("Unsupported getattr attribute function_const_func_spec0"). Only vmap needs that
     # op, and the broadcast expansion above replaces vmap, so plain indexing is equivalent.
     return contextlib.nullcontext
+
+
+@register_patch("dynamo", "transformers.models.gemma3n.modeling_gemma3n.Gemma3nTextMLP._gaussian_topk")
+def _patch_gaussian_cutoff_as_constant(_original: Callable) -> Callable:
+    # gemma3n (activation sparsity): Normal(0, 1).icdf of a constant traces to erfinv, which has no ONNX function
+    # (prims.erf_inv) and no ExecuTorch kernel (aten::erfinv.out); the multiplier is a constant, computed here.
+    def _gaussian_topk(self: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        multiplier = statistics.NormalDist().inv_cdf(self.activation_sparsity)
+        mean = inputs.mean(dim=-1, keepdim=True)
+        deviation = inputs.std(dim=-1, keepdim=True, unbiased=False)
+        return torch.nn.functional.relu(inputs - (mean + deviation * multiplier))
+
+    return _gaussian_topk
 
 
 # ── Stage 3: Pytree registration ──
