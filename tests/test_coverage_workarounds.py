@@ -176,3 +176,17 @@ def test_export_skips_still_fail_to_export(model_class: str) -> None:
     model = tiny_model(model_class)
     with pytest.raises(ExportStageError, match="data-dependent"):
         _export(model, sample_inputs(model), "dynamo")
+
+
+def test_view_larger_than_its_base_stays_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Falcon-H1's chunked Mamba scan views a padded length as (chunks, chunk size): bounded dim by dim, the view
+    # claims more memory than its base was planned, and the runtime refuses to load the program (error 0x21).
+    pytest.importorskip("executorch")
+    model = tiny_model("FalconH1ForCausalLM")
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert _max_diff(_export(model, inputs, "executorch")(**inputs), expected) < 1e-4
+    _without(monkeypatch, export_utils._PATCHES, "executorch", "_patch_view_within_its_base")
+    with pytest.raises(RuntimeError, match="Failed to load method forward, error: 0x:21"):
+        _export(model, inputs, "executorch")(**inputs)

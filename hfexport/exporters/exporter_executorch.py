@@ -37,6 +37,7 @@ from executorch.exir.passes.executorch_prim_ops_registry import (  # noqa: E402
     _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS,
 )
 from executorch.exir.program import _program as exir_program  # noqa: E402
+from executorch.exir.sym_util import eval_shape_upper_bound  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 from torch.fx.experimental.symbolic_shapes import free_symbols  # noqa: E402
 
@@ -283,6 +284,21 @@ def _patch_max_dim_two_or_three(original: Callable) -> Callable:
     # its serializer takes dim 2 or 3 only ("amax.default only supports dim == 2 or dim == 3"), and written as 3
     # XNNPACK's result is wrong in that model (0.29 off); leave any other max to the portable kernel.
     return _declining(original, lambda node: node.args[1] not in (2, 3))
+
+
+@register_patch(BACKEND, "executorch.exir.passes.replace_view_copy_with_view_pass._is_view_copy")
+def _patch_view_within_its_base(original: Callable) -> Callable:
+    # falcon_h1 (dynamic): memory planning bounds each dim of a view on its own, so a view that splits a dim of its
+    # base can claim more memory than the base got ("offset_bytes + size_bytes >= allocator size" when the program
+    # loads); such a view_copy stays a copy, with memory of its own.
+    def _is_view_copy(node: torch.fx.Node) -> bool:
+        return original(node) and _upper_bound_numel(node) <= _upper_bound_numel(node.args[0])
+
+    return _is_view_copy
+
+
+def _upper_bound_numel(node: torch.fx.Node) -> int:
+    return math.prod(eval_shape_upper_bound(node.meta["val"].shape))
 
 
 def _declining(original: Callable, declined: Callable[[torch.fx.Node], bool]) -> Callable:
