@@ -160,6 +160,22 @@ def without_node_fix(monkeypatch, name: str) -> None:
     monkeypatch.setitem(export_utils._NODE_FIXES, "executorch", kept)
 
 
+class PaddingToFour(torch.nn.Module):
+    def forward(self, x):
+        return x.new_ones(-x.shape[1] % 4 + 1)
+
+
+def test_sym_mod_fix_keeps_python_semantics_on_the_runtime(monkeypatch):
+    # long_t5's block padding: with C++'s sign the length of the result is -2, and the runtime refuses it.
+    module, traced, fed = PaddingToFour(), torch.randn(2, 5), torch.randn(3, 7)
+    output, metadata = run_module(module, traced, fed)
+    assert "_fix_sym_mod_of_negative" in metadata["workarounds"]["fixes"]
+    torch.testing.assert_close(output, module(fed))
+    without_node_fix(monkeypatch, "_fix_sym_mod_of_negative")
+    with pytest.raises(RuntimeError, match="failed with error 0x12"):
+        run_module(module, traced, fed)
+
+
 @pytest.mark.parametrize(
     ("module", "fix", "error", "options"),
     [

@@ -372,6 +372,27 @@ def _fix_sym_pow_as_mul(graph_module: torch.fx.GraphModule, node: torch.fx.Node)
 
 
 @register_fx_node_fix(BACKEND)
+def _fix_sym_mod_of_negative(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # long_t5 (dynamic; `-length % block`): the runtime's executorch_prim::mod takes C++'s sign (-7 % 128 == -7, not
+    # Python's 121), and the block count built on it becomes 0 and a divisor (SIGFPE); add the modulus once more.
+    if node.op != "call_function" or node.target is not operator.mod or node.meta.get("nonnegative_mod"):
+        return False
+    dividend, modulus = node.args
+    if not isinstance(dividend, torch.fx.Node) or not isinstance(modulus, int) or modulus <= 0:
+        return False
+    graph = graph_module.graph
+    with graph.inserting_after(node):
+        shifted = graph.call_function(operator.add, (node, modulus))
+    with graph.inserting_after(shifted):
+        result = graph.call_function(operator.mod, (shifted, modulus))
+    node.replace_all_uses_with(result, delete_user_cb=lambda user: user is not shifted)
+    shifted.meta["val"] = node.meta["val"] + modulus
+    result.meta.update(val=shifted.meta["val"] % modulus, nonnegative_mod=True)
+    node.meta["nonnegative_mod"] = True
+    return True
+
+
+@register_fx_node_fix(BACKEND)
 def _fix_mean_last_dim_as_4d(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # RMSNorm (llama, mistral, qwen2, gemma, t5): XNNPACK takes mean.dim over the two inner dims of a 4D tensor only,
     # so `x.pow(2).mean(-1)` splits every norm out of the delegate (6 -> 1); average a static [N, 1, D, 1] view.
