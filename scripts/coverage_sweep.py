@@ -293,11 +293,15 @@ def _sweep_section(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]])
             lines.append(f"- **{backend}**: not swept.")
             continue
         types = {cells[("hfexport", c, backend)]["model_type"] for c in swept}
-        shards: dict[str, set[str]] = {}
+        engines_by_shard: dict[tuple[str, str], set[str]] = {}
         for run in runs:
             if backend in run["backends"] and run.get("sweep") and run["sweep"]["set"] != "models":
-                shard = run["shard"]
-                shards.setdefault(run["sweep"]["set"], set()).add(f"{shard['index']}/{shard['count']}")
+                shard = f"{run['shard']['index']}/{run['shard']['count']}"
+                engines_by_shard.setdefault((run["sweep"]["set"], shard), set()).add(run["engine"])
+        shards: dict[str, set[str]] = {}
+        for (label, shard), engines in engines_by_shard.items():
+            if engines >= set(ENGINES):  # a shard counts once both engines have run it
+                shards.setdefault(label, set()).add(shard)
         expected = {c for label in shards for c in set_classes(label)}
         unswept[backend] = sorted(expected - swept)
         done = "; ".join(f"set `{label}`, shards {', '.join(sorted(s, key=_shard_key))}" for label, s in shards.items())

@@ -92,6 +92,20 @@ def test_render_reports_both_engines_and_the_builder_list(tmp_path: Path) -> Non
     assert (tmp_path / "coverage.md").read_text() == text
 
 
+def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
+    sweep = _sweep_module()
+    results = tmp_path / "results"
+    results.mkdir()
+    runs = (("hfexport", 1), ("hfexport", 2), ("transformers", 1))
+    for second, (engine, index) in enumerate(runs):
+        data = report.new_report(engine, ["onnx"], {"mode": "heads"}, {}, (index, 2), None)
+        data["sweep"] = {"set": "heads", "seconds": 1.0, "argv": ["run", "--set", "heads", "--shard", f"{index}/2"]}
+        data["cells"] = [report.new_cell("llama", "LlamaForCausalLM", "onnx", status="pass", timings={"export": 1.0})]
+        (results / f"20260101T00000{second}-{engine}.json").write_text(report.to_json(report.finalize(data)))
+    text = sweep.render(results, tmp_path / "coverage.md")
+    assert "(set `heads`, shards 1/2)" in text
+
+
 @pytest.mark.slow
 def test_representative_set_hfexport_at_least_transformers_exporters(tmp_path: Path) -> None:
     sweep = _sweep_module()
