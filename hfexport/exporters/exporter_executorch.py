@@ -375,7 +375,8 @@ def _fix_sym_pow_as_mul(graph_module: torch.fx.GraphModule, node: torch.fx.Node)
 def _fix_sym_mod_of_negative(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # long_t5 (dynamic; `-length % block`): the runtime's executorch_prim::mod takes C++'s sign (-7 % 128 == -7, not
     # Python's 121), and the block count built on it becomes 0 and a divisor (SIGFPE); add the modulus once more.
-    if node.op != "call_function" or node.target is not operator.mod or node.meta.get("nonnegative_mod"):
+    # Fixes visit the nodes the graph had before any fix ran, so the nodes added here are not fixed again.
+    if node.op != "call_function" or node.target is not operator.mod:
         return False
     dividend, modulus = node.args
     if not isinstance(dividend, torch.fx.Node) or not isinstance(modulus, int) or modulus <= 0:
@@ -387,8 +388,7 @@ def _fix_sym_mod_of_negative(graph_module: torch.fx.GraphModule, node: torch.fx.
         result = graph.call_function(operator.mod, (shifted, modulus))
     node.replace_all_uses_with(result, delete_user_cb=lambda user: user is not shifted)
     shifted.meta["val"] = node.meta["val"] + modulus
-    result.meta.update(val=shifted.meta["val"] % modulus, nonnegative_mod=True)
-    node.meta["nonnegative_mod"] = True
+    result.meta["val"] = shifted.meta["val"] % modulus
     return True
 
 
