@@ -165,17 +165,6 @@ class PaddingToFour(torch.nn.Module):
         return x.new_ones(-x.shape[1] % 4 + 1)
 
 
-def test_sym_mod_fix_keeps_python_semantics_on_the_runtime(monkeypatch):
-    # long_t5's block padding: with C++'s sign the length of the result is -2, and the runtime refuses it.
-    module, traced, fed = PaddingToFour(), torch.randn(2, 5), torch.randn(3, 7)
-    output, metadata = run_module(module, traced, fed)
-    assert "_fix_sym_mod_of_negative" in metadata["workarounds"]["fixes"]
-    torch.testing.assert_close(output, module(fed))
-    without_node_fix(monkeypatch, "_fix_sym_mod_of_negative")
-    with pytest.raises(RuntimeError, match="failed with error 0x12"):
-        run_module(module, traced, fed)
-
-
 @pytest.mark.parametrize(
     ("module", "fix", "error", "options"),
     [
@@ -343,13 +332,20 @@ class TimeShift(torch.nn.Module):
         return self.shift(x) * 2
 
 
-def test_negative_pad_fix_runs_on_the_runtime(monkeypatch):
-    module = TimeShift()
-    traced, fed = torch.randn(2, 5, 4), torch.randn(3, 7, 4)
+@pytest.mark.parametrize(
+    ("module", "fix", "traced", "fed"),
+    [
+        # long_t5's block padding: with C++'s sign the result's length is -2, and the runtime refuses it.
+        (PaddingToFour(), "_fix_sym_mod_of_negative", torch.randn(2, 5), torch.randn(3, 7)),
+        # rwkv's time shift: the runtime's constant_pad_nd refuses negative padding.
+        (TimeShift(), "_fix_negative_pad_as_slice", torch.randn(2, 5, 4), torch.randn(3, 7, 4)),
+    ],
+)
+def test_node_fixes_the_runtime_needs(module, fix, traced, fed, monkeypatch):
     output, metadata = run_module(module, traced, fed)
-    assert "_fix_negative_pad_as_slice" in metadata["workarounds"]["fixes"]
+    assert fix in metadata["workarounds"]["fixes"]
     torch.testing.assert_close(output, module(fed))
-    without_node_fix(monkeypatch, "_fix_negative_pad_as_slice")
+    without_node_fix(monkeypatch, fix)
     with pytest.raises(RuntimeError, match="failed with error 0x12"):
         run_module(module, traced, fed)
 
