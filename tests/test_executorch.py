@@ -332,6 +332,11 @@ class TimeShift(torch.nn.Module):
         return self.shift(x) * 2
 
 
+class FilledShift(torch.nn.Module):
+    def forward(self, x):
+        return torch.constant_pad_nd(x, [0, 0, 1, -1], 0.5) * 2
+
+
 @pytest.mark.parametrize(
     ("module", "fix", "traced", "fed"),
     [
@@ -339,6 +344,8 @@ class TimeShift(torch.nn.Module):
         (PaddingToFour(), "_fix_sym_mod_of_negative", torch.randn(2, 5), torch.randn(3, 7)),
         # rwkv's time shift: the runtime's constant_pad_nd refuses negative padding.
         (TimeShift(), "_fix_negative_pad_as_slice", torch.randn(2, 5, 4), torch.randn(3, 7, 4)),
+        # The same crop written as constant_pad_nd, whose third argument is a fill value rather than a mode.
+        (FilledShift(), "_fix_negative_pad_as_slice", torch.randn(2, 5, 4), torch.randn(3, 7, 4)),
     ],
 )
 def test_node_fixes_the_runtime_needs(module, fix, traced, fed, monkeypatch):

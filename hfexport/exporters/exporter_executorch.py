@@ -499,7 +499,9 @@ def _fix_negative_pad_as_slice(graph_module: torch.fx.GraphModule, node: torch.f
     if node.op != "call_function" or node.target not in _CONSTANT_PADS:
         return False
     source, pad = node.args[:2]
-    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+    mode = "constant"  # constant_pad_nd's third argument is its fill value, aten.pad's its mode
+    if node.target is torch.ops.aten.pad.default:
+        mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
     if mode != "constant" or not any(isinstance(p, int) and p < 0 for p in pad):
         return False
     cropped, rank = source, source.meta["val"].dim()
