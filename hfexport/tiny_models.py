@@ -700,6 +700,9 @@ def _input_features(
     config: PretrainedConfig, batch_size: int, seq_length: int, generator: torch.Generator
 ) -> torch.Tensor:
     audio = _audio_config(config)
+    if hasattr(audio, "num_mel_bins") and hasattr(audio, "n_window"):
+        # Chunked encoders (Qwen3-ASR) cut (batch, mel bins, frames) into windows of 2 * n_window frames.
+        return torch.randn(batch_size, audio.num_mel_bins, 4 * audio.n_window, generator=generator)
     if hasattr(audio, "num_mel_bins") and hasattr(audio, "max_source_positions"):
         # Whisper-like encoders require exactly 2 * max_source_positions frames (two conv strides).
         frames = 2 * audio.max_source_positions
@@ -741,7 +744,8 @@ def _is_dual_encoder(model: PreTrainedModel, parameters: set[str]) -> bool:
     # CLIP-like models embed text and image separately; VLMs instead splice images at placeholder tokens.
     config = model.config
     has_placeholder = any(hasattr(config, k) for k in ("image_token_id", "image_token_index"))
-    return {"input_ids", "pixel_values"} <= parameters and hasattr(config, "vision_config") and not has_placeholder
+    has_image_encoder = any(hasattr(config, k) for k in ("vision_config", "image_size"))
+    return {"input_ids", "pixel_values"} <= parameters and has_image_encoder and not has_placeholder
 
 
 def sample_inputs(
@@ -757,7 +761,7 @@ def sample_inputs(
     inputs: dict[str, torch.Tensor] = {}
     # Audio LMs that stack their codebooks into the batch take (batch * num_codebooks, sequence) ids.
     id_rows = batch_size * config.num_codebooks if config.model_type in _CODEBOOK_STACKED_TYPES else batch_size
-    if main_input == "input_ids" or (main_input not in parameters and "input_ids" in parameters):
+    if "input_ids" in parameters and (main_input == "input_ids" or main_input not in parameters):
         inputs["input_ids"] = _token_ids(config, (id_rows, seq_length), generator)
     if "grid_thw" in parameters:
         inputs.pop("input_ids", None)
@@ -794,9 +798,23 @@ def sample_inputs(
         inputs["flattened_patches"] = _row_column_patches(config, batch_size, generator)
     elif main_input == "input_features":
         inputs["input_features"] = _input_features(config, batch_size, seq_length, generator)
-    if "input_ids" not in inputs and "input_ids" in _required_parameters(model):
+    missing = _required_parameters(model) - inputs.keys()
+    if "input_ids" in missing:
         # Vision-first models whose forward still requires text (Blip2Model, GroundingDino).
         inputs["input_ids"] = _token_ids(config, (batch_size, seq_length), generator)
+    if "pixel_values" in missing:
+        # VLM vision towers built on their own keep the VLM's main input name (Idefics3, SmolVLM).
+        inputs["pixel_values"] = _pixel_values(config, batch_size, generator)
+    if "input_features_mask" in missing:
+        inputs["input_features_mask"] = torch.ones(batch_size, inputs["input_features"].shape[-1], dtype=torch.long)
+    for latents_name in missing & {"latents", "hidden_states"}:
+        # Audio codec decoders built on their own (Mimi, VibeVoice) take the encoder's (batch, channels, frames).
+        inputs[latents_name] = torch.randn(batch_size, config.hidden_size, 2 * seq_length, generator=generator)
+    if "visual_feats" in parameters:
+        # LXMERT reads region features and their boxes from an object detector.
+        regions = 5
+        inputs["visual_feats"] = torch.randn(batch_size, regions, config.visual_feat_dim, generator=generator)
+        inputs["visual_pos"] = torch.rand(batch_size, regions, config.visual_pos_dim, generator=generator)
     if "pixel_values" in inputs and "noise" in parameters and hasattr(config, "mask_ratio"):
         # Masked autoencoders draw their patch mask from torch.rand: pass the noise, or no two runs agree.
         patches = (inputs["pixel_values"].shape[-1] // config.patch_size) ** 2

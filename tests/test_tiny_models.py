@@ -124,6 +124,19 @@ def test_modalities() -> None:
         ),
         # Pix2Struct: 4x4 patches as (row id, column id, 32 pixel values), then decoder ids.
         ("Pix2StructForConditionalGeneration", {"flattened_patches": (2, 16, 34), "decoder_input_ids": (2, 7)}),
+        # A VLM's vision tower built on its own: its forward requires the pixels its VLM's main input name hides.
+        ("Idefics3VisionTransformer", {"pixel_values": (2, 3, 32, 32)}),
+        # ViLT embeds text and image patches together without a vision sub-config.
+        ("ViltModel", {"input_ids": (2, 7), "pixel_values": (2, 3, 32, 32), "attention_mask": (2, 7)}),
+        # Chunked speech encoder: (batch, mel bins, two windows of 2 * n_window frames) and a mask over the frames.
+        ("Qwen3ASREncoder", {"input_features": (2, 16, 200), "input_features_mask": (2, 200)}),
+        # Audio codec decoder on its own: the encoder's (batch, channels, frames) latents.
+        ("MimiDecoderModel", {"latents": (2, 32, 14)}),
+        # LXMERT: text plus 5 detector regions (features and boxes).
+        (
+            "LxmertModel",
+            {"input_ids": (2, 7), "attention_mask": (2, 7), "visual_feats": (2, 5, 2048), "visual_pos": (2, 5, 4)},
+        ),
     ],
 )
 def test_structured_inputs_run_forward(name: str, shapes: dict[str, tuple[int, ...]]) -> None:
