@@ -119,8 +119,16 @@ NEEDED = [
         "DeepseekV2ForCausalLM",
         "onnx",
         export_utils._PATCHES,
-        "onnx",
+        "dynamo",
         ("_patch_rotary_frequencies_as_cos_sin", "_patch_rotary_product_as_real"),
+        "stage 4 ONNX translations",
+    ),
+    (
+        "Llama4ForCausalLM",
+        "onnx",
+        export_utils._PATCHES,
+        "dynamo",
+        ("_patch_rotary_frequencies_as_cos_sin", "_patch_llama4_rotary_product_as_real"),
         "stage 4 ONNX translations",
     ),
     # The translation fails on prims.erf_inv (the first line of the error names the stage only).

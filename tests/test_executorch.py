@@ -395,6 +395,24 @@ def test_fast_lowering_runs_a_declined_linear_on_its_portable_kernel(monkeypatch
         run_module(module, traced, fed)
 
 
+class MaskedColumns(torch.nn.Module):
+    def forward(self, x):
+        kept = x[:, (x[..., 0] > 0).any(dim=0)]
+        return kept * kept.sum(dim=-1, keepdim=True)
+
+
+def test_dim_order_patch_sorts_strides_of_a_masked_selection(monkeypatch):
+    # glm5_next's sparse-attention indexer: boolean-mask indexing leaves strides (16*u0, 16, 1).
+    module, traced = MaskedColumns(), torch.randn(2, 6, 16)
+    traced[:, :3, 0] = -1.0
+    output, metadata = run_module(module, traced, traced)
+    assert any(p.startswith("_patch_dim_order_of_unbacked_strides") for p in metadata["workarounds"]["patches"])
+    torch.testing.assert_close(output, module(traced), atol=1e-5, rtol=1e-5)
+    without_workaround(monkeypatch, "_patch_dim_order_of_unbacked_strides")
+    with pytest.raises(ExportStageError, match="data-dependent expression"):
+        run_module(module, traced, traced)
+
+
 def test_every_workaround_is_registered_and_named():
     import hfexport.exporters.exporter_executorch as module
 

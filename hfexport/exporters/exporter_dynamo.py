@@ -107,6 +107,53 @@ def _patch_gaussian_cutoff_as_constant(_original: Callable) -> Callable:
     return _gaussian_topk
 
 
+_DEEPSEEK_V2 = "transformers.models.deepseek_v2.modeling_deepseek_v2"
+_LLAMA4 = "transformers.models.llama4.modeling_llama4"
+
+
+@register_patch(
+    "dynamo", f"{_DEEPSEEK_V2}.DeepseekV2RotaryEmbedding.forward", f"{_LLAMA4}.Llama4TextRotaryEmbedding.forward"
+)
+def _patch_rotary_frequencies_as_cos_sin(original: Callable) -> Callable:
+    # deepseek_v2, llama4 rotate by complex products (torch.polar, view_as_complex), which neither ONNX ("No
+    # decompositions registered for the complex-valued input") nor ExecuTorch's edge dialect ("view_as_complex_copy
+    # does not support automatic differentiation") expresses: carry each frequency as a real (cos, sin) pair.
+    from transformers.modeling_rope_utils import dynamic_rope_update
+
+    @torch.no_grad()
+    @dynamic_rope_update
+    def forward(self: Any, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+        return torch.stack((freqs.cos(), freqs.sin()), dim=-1) * self.attention_scaling
+
+    return forward
+
+
+@register_patch("dynamo", f"{_DEEPSEEK_V2}.apply_rotary_emb")
+def _patch_rotary_product_as_real(original: Callable) -> Callable:
+    # deepseek_v2 (queries as batch, heads, positions): the complex product of the (cos, sin) pairs, in real numbers.
+    return _real_rotary_product(heads_dim=1)
+
+
+@register_patch("dynamo", f"{_LLAMA4}.apply_rotary_emb")
+def _patch_llama4_rotary_product_as_real(original: Callable) -> Callable:
+    # llama4 (queries as batch, positions, heads): the same product, broadcast over the heads at dim 2.
+    return _real_rotary_product(heads_dim=2)
+
+
+def _real_rotary_product(heads_dim: int) -> Callable:
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+        real, imag = pairs[..., 0], pairs[..., 1]
+        return torch.stack((real * cos - imag * sin, real * sin + imag * cos), dim=-1).flatten(3).type_as(x)
+
+    def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = freqs[..., 0].unsqueeze(heads_dim), freqs[..., 1].unsqueeze(heads_dim)
+        return rotate(xq, cos, sin), rotate(xk, cos, sin)
+
+    return apply_rotary_emb
+
+
 # ── Stage 3: Pytree registration ──
 # torch.export flattens inputs and outputs with pytree: every ``Cache`` and ``ModelOutput`` type must be
 # registered. Caches are walked attribute by attribute: tensors become leaves, everything else the context.

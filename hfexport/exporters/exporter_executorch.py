@@ -39,7 +39,11 @@ from executorch.exir.passes.executorch_prim_ops_registry import (  # noqa: E402
 from executorch.exir.program import _program as exir_program  # noqa: E402
 from executorch.exir.sym_util import eval_shape_upper_bound  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
-from torch.fx.experimental.symbolic_shapes import free_symbols  # noqa: E402
+from torch.fx.experimental.symbolic_shapes import (  # noqa: E402
+    GuardOnDataDependentSymNode,
+    free_symbols,
+    guard_or_false,
+)
 
 from .exporter_dynamo import DynamoConfig, DynamoExporter, auto_dynamic_shapes  # noqa: E402
 from .utils import (  # noqa: E402
@@ -295,6 +299,36 @@ def _patch_view_within_its_base(original: Callable) -> Callable:
         return original(node) and _upper_bound_numel(node) <= _upper_bound_numel(node.args[0])
 
     return _is_view_copy
+
+
+@register_patch(
+    BACKEND,
+    "executorch.exir.tensor.dim_order_from_stride",
+    "executorch.exir.tensor_layout.dim_order_from_stride",
+    "executorch.exir.emit._emitter.dim_order_from_stride",
+    "executorch.exir.passes.replace_view_copy_with_view_pass.dim_order_from_stride",
+)
+def _patch_dim_order_of_unbacked_strides(original: Callable) -> Callable:
+    # glm5_next (dynamic): boolean-mask indexing leaves strides (16*u0, 16, 1), and ExecuTorch's stride sort cannot
+    # decide 16*u0 < 16 ("Could not guard on data-dependent expression"); strides are never 0, so a multiple of
+    # another stride is not the smaller one: sort by that where the sort cannot decide.
+    def dim_order_from_stride(stride: tuple[Any, ...]) -> tuple[int, ...]:
+        try:
+            return original(stride)
+        except GuardOnDataDependentSymNode:
+            # Largest stride first; equal or unrelated strides keep their order, as in upstream's stable sort.
+            larger_first = functools.cmp_to_key(
+                lambda i, j: _stride_less(stride[i], stride[j]) - _stride_less(stride[j], stride[i])
+            )
+            return tuple(sorted(range(len(stride)), key=larger_first))
+
+    return dim_order_from_stride
+
+
+def _stride_less(smaller: Any, larger: Any) -> bool:
+    if guard_or_false(smaller < larger):
+        return True
+    return guard_or_false(larger % smaller == 0) and not guard_or_false(smaller % larger == 0)
 
 
 def _upper_bound_numel(node: torch.fx.Node) -> int:

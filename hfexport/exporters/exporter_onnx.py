@@ -71,40 +71,8 @@ class OnnxConfig(DynamoConfig):
 # ── Stage 1: Torch patches ──
 # Replace torch ops, or model code, that the ONNX exporter cannot translate as they are, while tracing
 # (DynamoExporter installs the "onnx" patches next to its own). Extend with ``@register_patch("onnx", "<path>")``.
-# Patches that also make the saved torch.export program loadable (mask expansion by broadcast) belong to
-# DynamoExporter's stage 2 instead.
-
-_DEEPSEEK_V2 = "transformers.models.deepseek_v2.modeling_deepseek_v2"
-
-
-@register_patch("onnx", f"{_DEEPSEEK_V2}.DeepseekV2RotaryEmbedding.forward")
-def _patch_rotary_frequencies_as_cos_sin(original: Callable) -> Callable:
-    # deepseek_v2 rotates by complex products (torch.polar), which ONNX cannot express ("No decompositions registered
-    # for the complex-valued input"): carry each frequency as a real (cos, sin) pair; the next patch consumes it.
-    from transformers.modeling_rope_utils import dynamic_rope_update
-
-    @torch.no_grad()
-    @dynamic_rope_update
-    def forward(self: Any, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
-        return torch.stack((freqs.cos(), freqs.sin()), dim=-1) * self.attention_scaling
-
-    return forward
-
-
-@register_patch("onnx", f"{_DEEPSEEK_V2}.apply_rotary_emb")
-def _patch_rotary_product_as_real(original: Callable) -> Callable:
-    # deepseek_v2: the complex product of _patch_rotary_frequencies_as_cos_sin's pairs, written out in real numbers.
-    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        pairs = x.float().reshape(*x.shape[:-1], -1, 2)
-        real, imag = pairs[..., 0], pairs[..., 1]
-        return torch.stack((real * cos - imag * sin, real * sin + imag * cos), dim=-1).flatten(3).type_as(x)
-
-    def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = freqs[..., 0].unsqueeze(1), freqs[..., 1].unsqueeze(1)
-        return rotate(xq, cos, sin), rotate(xk, cos, sin)
-
-    return apply_rotary_emb
+# Patches that also make the saved torch.export program loadable (mask expansion by broadcast), or that ExecuTorch
+# needs as well (complex rotary products as real ones), belong to DynamoExporter's stage 2 instead; none is left here.
 
 
 # ── Stage 2: ONNX patches ──
