@@ -337,9 +337,17 @@ class FilledShift(torch.nn.Module):
         return torch.constant_pad_nd(x, [0, 0, 1, -1], 0.5) * 2
 
 
+class Int32Scatter(torch.nn.Module):
+    def forward(self, x):
+        index = (torch.arange(x.shape[1]) % 3).to(torch.int32).expand_as(x)
+        return torch.zeros(x.shape[0], 3).scatter_add(1, index, x)
+
+
 @pytest.mark.parametrize(
     ("module", "fix", "traced", "fed"),
     [
+        # glm5_next's indexer scatters by an int32 index; the runtime's kernels take int64 only.
+        (Int32Scatter(), "_fix_int32_index_as_int64", torch.randn(2, 5), torch.randn(3, 7)),
         # long_t5's block padding: with C++'s sign the result's length is -2, and the runtime refuses it.
         (PaddingToFour(), "_fix_sym_mod_of_negative", torch.randn(2, 5), torch.randn(3, 7)),
         # rwkv's time shift: the runtime's constant_pad_nd refuses negative padding.

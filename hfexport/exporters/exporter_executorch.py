@@ -550,6 +550,32 @@ def _fix_negative_pad_as_slice(graph_module: torch.fx.GraphModule, node: torch.f
     return True
 
 
+# Ops whose index is their third argument.
+_INDEXED_OPS = (
+    torch.ops.aten.gather.default,
+    torch.ops.aten.scatter.src,
+    torch.ops.aten.scatter.value,
+    torch.ops.aten.scatter_add.default,
+    torch.ops.aten.scatter_reduce.two,
+)
+
+
+@register_fx_node_fix(BACKEND)
+def _fix_int32_index_as_int64(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # glm5_next (`scatter_add` by an int32 index): torch takes int32 indices, ExecuTorch's portable kernels int64
+    # only ("Expected dtype int64 for index", 0x12 at run time): cast the index.
+    if node.op != "call_function" or node.target not in _INDEXED_OPS:
+        return False
+    index = node.args[2]
+    if not isinstance(index, torch.fx.Node) or index.meta["val"].dtype != torch.int32:
+        return False
+    with graph_module.graph.inserting_before(node):
+        cast = graph_module.graph.call_function(torch.ops.aten._to_copy.default, (index,), {"dtype": torch.int64})
+    cast.meta["val"] = index.meta["val"].to(torch.int64)
+    node.replace_input_with(index, cast)
+    return True
+
+
 # ── Lowering speed ──
 # Measured on a tiny 2-layer Llama (see scripts/bench_executorch.py): the cost of to_edge_transform_and_lower is
 # re-tracing. Every XNNPACK partition is preprocessed on its own by 17 passes that each re-trace the partition
