@@ -550,13 +550,17 @@ def _fix_negative_pad_as_slice(graph_module: torch.fx.GraphModule, node: torch.f
     return True
 
 
-# Ops whose index is their third argument.
+# Ops whose index is their third argument (the traced graph keeps in-place forms).
 _INDEXED_OPS = (
     torch.ops.aten.gather.default,
     torch.ops.aten.scatter.src,
     torch.ops.aten.scatter.value,
+    torch.ops.aten.scatter_.src,
+    torch.ops.aten.scatter_.value,
     torch.ops.aten.scatter_add.default,
+    torch.ops.aten.scatter_add_.default,
     torch.ops.aten.scatter_reduce.two,
+    torch.ops.aten.scatter_reduce_.two,
 )
 
 
