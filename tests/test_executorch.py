@@ -423,6 +423,15 @@ def test_dim_order_patch_sorts_strides_of_a_masked_selection(monkeypatch):
         run_module(module, traced, traced)
 
 
+def test_view_dynamism_patch_keeps_pvt_lowerable(tmp_path, monkeypatch):
+    # pvt's spatial-reduction attention views a static-shaped tensor with symbolic sizes.
+    metadata = check_against_eager("PvtForImageClassification", tmp_path, dynamic=True)
+    assert any(p.startswith("_patch_view_as_dynamic_as_its_base") for p in metadata["workarounds"]["patches"])
+    without_workaround(monkeypatch, "_patch_view_as_dynamic_as_its_base")
+    with pytest.raises(ExportStageError, match="incompatible with its base"):
+        export_roundtrip("PvtForImageClassification", tmp_path, dynamic=True)
+
+
 def test_every_workaround_is_registered_and_named():
     import hfexport.exporters.exporter_executorch as module
 

@@ -311,7 +311,8 @@ def _patch_view_within_its_base(original: Callable) -> Callable:
 def _patch_dim_order_of_unbacked_strides(original: Callable) -> Callable:
     # glm5_next (dynamic): boolean-mask indexing leaves strides (16*u0, 16, 1), and ExecuTorch's stride sort cannot
     # decide 16*u0 < 16 ("Could not guard on data-dependent expression"); strides are never 0, so a multiple of
-    # another stride is not the smaller one: sort by that where the sort cannot decide.
+    # another stride is not the smaller one: sort by that where the sort cannot decide (upstream: exir/tensor.py's
+    # stride key proves u0 < k*u0 but not the converse).
     def dim_order_from_stride(stride: tuple[Any, ...]) -> tuple[int, ...]:
         try:
             return original(stride)
@@ -329,6 +330,20 @@ def _stride_less(smaller: Any, larger: Any) -> bool:
     if guard_or_false(smaller < larger):
         return True
     return guard_or_false(larger % smaller == 0) and not guard_or_false(smaller % larger == 0)
+
+
+@register_patch(BACKEND, "executorch.exir.passes.replace_view_copy_with_view_pass._is_view_copy")
+def _patch_view_as_dynamic_as_its_base(original: Callable) -> Callable:
+    # pvt (dynamic): a view with symbolic sizes of a base whose sizes are static fails the pass's own check
+    # ("_ViewSpec is incompatible with its base on creation"); such a view_copy stays a copy.
+    def _is_view_copy(node: torch.fx.Node) -> bool:
+        return original(node) and _is_dynamic(node) == _is_dynamic(node.args[0])
+
+    return _is_view_copy
+
+
+def _is_dynamic(node: torch.fx.Node) -> bool:
+    return any(isinstance(size, torch.SymInt) for size in node.meta["val"].shape)
 
 
 def _upper_bound_numel(node: torch.fx.Node) -> int:
