@@ -38,6 +38,7 @@ from executorch.exir.passes.executorch_prim_ops_registry import (  # noqa: E402
 )
 from executorch.exir.program import _program as exir_program  # noqa: E402
 from executorch.exir.sym_util import eval_shape_upper_bound  # noqa: E402
+from executorch.exir.tensor import determine_tensor_dynanism  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 from torch.fx.experimental.symbolic_shapes import (  # noqa: E402
     GuardOnDataDependentSymNode,
@@ -337,13 +338,13 @@ def _patch_view_as_dynamic_as_its_base(original: Callable) -> Callable:
     # pvt (dynamic): a view with symbolic sizes of a base whose sizes are static fails the pass's own check
     # ("_ViewSpec is incompatible with its base on creation"); such a view_copy stays a copy.
     def _is_view_copy(node: torch.fx.Node) -> bool:
-        return original(node) and _is_dynamic(node) == _is_dynamic(node.args[0])
+        return original(node) and _dynamism(node) == _dynamism(node.args[0])
 
     return _is_view_copy
 
 
-def _is_dynamic(node: torch.fx.Node) -> bool:
-    return any(isinstance(size, torch.SymInt) for size in node.meta["val"].shape)
+def _dynamism(node: torch.fx.Node) -> Any:
+    return determine_tensor_dynanism(node.meta["val"].shape)  # what the pass's check compares
 
 
 def _upper_bound_numel(node: torch.fx.Node) -> int:
