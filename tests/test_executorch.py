@@ -216,7 +216,8 @@ PARTITION_WORKAROUNDS = [
 
 
 def without_workaround(monkeypatch, name: str) -> None:
-    registry = export_utils._PATCHES if name.startswith("_patch_") else export_utils._NODE_FIXES
+    registries = (export_utils._PATCHES, export_utils._NODE_FIXES, export_utils._PROGRAM_FIXES)
+    registry = next(r for r in registries if any(w.name == name for w in r["executorch"]))
     kept = [w for w in registry["executorch"] if w.name != name]
     assert len(kept) == len(registry["executorch"]) - 1
     monkeypatch.setitem(registry, "executorch", kept)
@@ -345,26 +346,67 @@ class Int32Scatter(torch.nn.Module):
         return torch.zeros(x.shape[0], 3).scatter_add(1, index, x) * counts
 
 
+class SortedTokens(torch.nn.Module):
+    def forward(self, x):
+        scores, order = x.sum(-1).sort(dim=-1, descending=True)
+        restored = torch.argsort(order, dim=-1)  # vjepa2's unsort_tokens
+        reordered = x.gather(1, order.unsqueeze(-1).expand_as(x))
+        return reordered.gather(1, restored.unsqueeze(-1).expand_as(x)) * scores.unsqueeze(-1)
+
+
+_KERNEL_REFUSES = "failed with error 0x12"
+_KERNEL_MISSING = r"Failed to load method forward, error: 0x:14"
+
+
 @pytest.mark.parametrize(
-    ("module", "fix", "traced", "fed"),
+    ("module", "fix", "traced", "fed", "refusal"),
     [
         # glm5_next's indexer scatters by an int32 index; the runtime's kernels take int64 only.
-        (Int32Scatter(), "_fix_int32_index_as_int64", torch.randn(2, 5), torch.randn(3, 7)),
+        (Int32Scatter(), "_fix_int32_index_as_int64", torch.randn(2, 5), torch.randn(3, 7), _KERNEL_REFUSES),
         # long_t5's block padding: with C++'s sign the result's length is -2, and the runtime refuses it.
-        (PaddingToFour(), "_fix_sym_mod_of_negative", torch.randn(2, 5), torch.randn(3, 7)),
+        (PaddingToFour(), "_fix_sym_mod_of_negative", torch.randn(2, 5), torch.randn(3, 7), _KERNEL_REFUSES),
         # rwkv's time shift: the runtime's constant_pad_nd refuses negative padding.
-        (TimeShift(), "_fix_negative_pad_as_slice", torch.randn(2, 5, 4), torch.randn(3, 7, 4)),
+        (TimeShift(), "_fix_negative_pad_as_slice", torch.randn(2, 5, 4), torch.randn(3, 7, 4), _KERNEL_REFUSES),
         # The same crop written as constant_pad_nd, whose third argument is a fill value rather than a mode.
-        (FilledShift(), "_fix_negative_pad_as_slice", torch.randn(2, 5, 4), torch.randn(3, 7, 4)),
+        (FilledShift(), "_fix_negative_pad_as_slice", torch.randn(2, 5, 4), torch.randn(3, 7, 4), _KERNEL_REFUSES),
+        # vjepa2's token (arg)sorts, jetmoe's expert grouping: the runtime has no sort kernel.
+        (SortedTokens(), "_fix_sort_as_topk", torch.randn(2, 5, 4), torch.randn(3, 7, 4), _KERNEL_MISSING),
     ],
 )
-def test_node_fixes_the_runtime_needs(module, fix, traced, fed, monkeypatch):
+def test_node_fixes_the_runtime_needs(module, fix, traced, fed, refusal, monkeypatch):
     output, metadata = run_module(module, traced, fed)
     assert fix in metadata["workarounds"]["fixes"]
     torch.testing.assert_close(output, module(fed))
     without_node_fix(monkeypatch, fix)
-    with pytest.raises(RuntimeError, match="failed with error 0x12"):
+    with pytest.raises(RuntimeError, match=refusal):
         run_module(module, traced, fed)
+
+
+class RepeatToLastPosition(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.token = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x, positions):
+        targets = self.token.repeat(x.shape[0], positions.max() + 1, 1)  # vjepa2's predictor
+        return torch.cat([x, targets], dim=1) * 2
+
+
+def test_data_dependent_size_gets_the_input_bound(monkeypatch):
+    module = RepeatToLastPosition()
+    inputs = {"x": torch.randn(2, 5, 4), "positions": torch.tensor([[0, 3], [1, 2]])}
+    program, metadata = ExecutorchExporter().export_program(module, inputs, ExecutorchConfig(dynamic=True))
+    assert "_fix_unbounded_data_dependent_sizes" in metadata["workarounds"]["fixes"]
+    bound = ExecutorchConfig().dynamic_upper_bound
+    for last in (6, bound - 1):
+        fed = (torch.randn(3, 7, 4), torch.tensor([[0, last], [1, 2], [2, 0]]))
+        torch.testing.assert_close(execute(program, *fed)[0], module(*fed))
+    # Past the planned capacity the runtime refuses to grow the tensor: an error, never a write past its buffer.
+    with pytest.raises(RuntimeError, match="failed with error 0x12"):
+        execute(program, torch.randn(bound, 7, 4), torch.tensor([[0, 2 * bound]] * bound))
+    without_workaround(monkeypatch, "_fix_unbounded_data_dependent_sizes")
+    with pytest.raises(ExportStageError, match="Cannot evaluate a finite upper bound"):
+        ExecutorchExporter().export_program(module, inputs, ExecutorchConfig(dynamic=True))
 
 
 class TransposedAndContiguous(torch.nn.Module):

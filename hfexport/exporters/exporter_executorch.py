@@ -37,14 +37,17 @@ from executorch.exir.passes.executorch_prim_ops_registry import (  # noqa: E402
     _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS,
 )
 from executorch.exir.program import _program as exir_program  # noqa: E402
-from executorch.exir.sym_util import eval_shape_upper_bound  # noqa: E402
+from executorch.exir.sym_util import eval_shape_upper_bound, eval_upper_bound  # noqa: E402
 from executorch.exir.tensor import determine_tensor_dynanism  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 from torch.fx.experimental.symbolic_shapes import (  # noqa: E402
     GuardOnDataDependentSymNode,
+    constrain_range,
     free_symbols,
     guard_or_false,
 )
+from torch.utils._sympy.numbers import int_oo  # noqa: E402
+from torch.utils._sympy.symbol import SymT, symbol_is_type  # noqa: E402
 
 from .exporter_dynamo import DynamoConfig, DynamoExporter, auto_dynamic_shapes  # noqa: E402
 from .utils import (  # noqa: E402
@@ -54,6 +57,7 @@ from .utils import (  # noqa: E402
     apply_program_fixes,
     export_stage,
     register_fx_node_fix,
+    register_fx_program_fix,
     register_patch,
 )
 
@@ -382,6 +386,54 @@ def _patch_convert_to_sdpa_noop(original: Callable) -> Callable:
 # program (range constraints, graph signature, state dict). Run once, after tracing.
 
 
+@register_fx_program_fix(BACKEND)
+def _fix_unbounded_data_dependent_sizes(program: ExportedProgram) -> bool:
+    # vjepa2's `repeat(B, mask.max() + 1)`, siglip2's patch grid read from `spatial_shapes`: a size read from a tensor
+    # has no upper bound, and memory planning needs one ("Cannot evaluate a finite upper bound ... int_oo"). It gets
+    # the largest size an input dimension accepts; the runtime refuses to grow a tensor past its planned capacity.
+    # Upstream: ExecuTorch's memory planning has no place for a tensor without a bound (DYNAMIC_UNBOUND).
+    unbounded: dict[Any, torch.SymInt] = {}
+    for node in program.graph.nodes:
+        for size in _symbolic_sizes(node.meta.get("val")):
+            if _is_unbounded_unbacked(size):
+                unbounded.setdefault(size.node.expr, size)
+    if not unbounded:
+        return False
+    bound = _largest_input_size(program)
+    for size in unbounded.values():
+        constrain_range(size, min=None, max=bound)
+    return True
+
+
+def _is_unbounded_unbacked(size: torch.SymInt) -> bool:
+    symbol = size.node.expr
+    return (
+        bool(symbol.is_Symbol)
+        and symbol_is_type(symbol, SymT.UNBACKED_INT)
+        and (size.node.shape_env.var_to_range[symbol].upper is int_oo)
+    )
+
+
+def _symbolic_sizes(value: Any) -> Iterator[torch.SymInt]:
+    for leaf in pytree.tree_leaves(value):
+        for size in leaf.shape if isinstance(leaf, torch.Tensor) else (leaf,):
+            if isinstance(size, torch.SymInt):
+                yield size
+
+
+def _largest_input_size(program: ExportedProgram) -> int:
+    """The largest bound of a dynamic input dimension; in a static program, the largest input dimension."""
+    user_inputs = set(program.graph_signature.user_inputs)
+    sizes = [
+        size
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.name in user_inputs and isinstance(node.meta.get("val"), torch.Tensor)
+        for size in node.meta["val"].shape
+    ]
+    dynamic = [eval_upper_bound(size) for size in sizes if isinstance(size, torch.SymInt)]
+    return max(dynamic or sizes or [1])
+
+
 # ── Stage 5: FX node fixes ──
 # ``@register_fx_node_fix("executorch")``: ``fix(graph_module, node) -> changed``, run over every node after the
 # program fixes.
@@ -594,6 +646,40 @@ def _fix_int32_index_as_int64(graph_module: torch.fx.GraphModule, node: torch.fx
     cast.meta["val"] = index.meta["val"].to(torch.int64)
     node.replace_input_with(index, cast)
     return True
+
+
+_UNSTABLE_SORTS = (torch.ops.aten.sort.default, torch.ops.aten.argsort.default)
+
+
+@register_fx_node_fix(BACKEND)
+def _fix_sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # vjepa2's token argsort, jetmoe's expert grouping: the runtime has no sort kernel ("Missing operator:
+    # aten::sort.values", 0x14 at load); a sorted topk of the whole dimension orders the same (stable sorts stay).
+    # Upstream: ExecuTorch's portable kernels have topk but no sort.
+    if node.op != "call_function" or node.target not in _UNSTABLE_SORTS:
+        return False
+    source, dim, descending = node.args[0], *_sort_arguments(*node.args[1:], **node.kwargs)
+    graph, value = graph_module.graph, source.meta["val"]
+    with graph.inserting_before(node):
+        length = value.shape[dim]
+        if isinstance(length, torch.SymInt):
+            length = graph.call_function(torch.ops.aten.sym_size.int, (source, dim))
+            length.meta["val"] = value.shape[dim]
+        topk = graph.call_function(torch.ops.aten.topk.default, (source, length, dim, descending, True))
+        topk.meta["val"] = torch.ops.aten.topk.default(value, value.shape[dim], dim, descending, True)
+    if node.target is torch.ops.aten.sort.default:
+        node.replace_all_uses_with(topk)
+    else:
+        with graph.inserting_after(topk):
+            indices = graph.call_function(operator.getitem, (topk, 1))
+        indices.meta["val"] = topk.meta["val"][1]
+        node.replace_all_uses_with(indices)
+    graph.erase_node(node)
+    return True
+
+
+def _sort_arguments(dim: int = -1, descending: bool = False) -> tuple[int, bool]:
+    return dim, descending
 
 
 # ── Lowering speed ──
