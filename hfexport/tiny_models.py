@@ -780,8 +780,10 @@ def sample_inputs(
         inputs["input_values"] = torch.randn(shape, generator=generator)
     elif main_input == "input_values":
         length = _waveform_length(config, seq_length)
-        # Neural audio codecs (encodec, dac, mimi, xcodec) take (batch, channels, time); speech encoders (batch, time).
-        shape = (batch_size, getattr(config, "audio_channels", 1), length) if hasattr(config, "codebook_size") else ()
+        # Neural audio codecs (encodec, dac, mimi, xcodec, pocket_tts) take (batch, channels, time); speech encoders
+        # (batch, time).
+        is_codec = hasattr(config, "codebook_size") or hasattr(config, "audio_channels")
+        shape = (batch_size, getattr(config, "audio_channels", 1), length) if is_codec else ()
         inputs["input_values"] = torch.randn(shape or (batch_size, length), generator=generator)
     elif main_input == "past_values" and "past_time_features" in parameters:
         inputs.update(_forecast_windows(config, batch_size, generator))

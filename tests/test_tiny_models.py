@@ -132,6 +132,8 @@ def test_modalities() -> None:
         ("Qwen3ASREncoder", {"input_features": (2, 16, 200), "input_features_mask": (2, 200)}),
         # Audio codec decoder on its own: the encoder's (batch, channels, frames) latents.
         ("MimiDecoderModel", {"latents": (2, 32, 14)}),
+        # A codec without a codebook size in its config still takes (batch, channels, samples) audio.
+        ("PocketTTSAudioTokenizerEncoderModel", {"input_values": (2, 1, 1600)}),
         # LXMERT: text plus 5 detector regions (features and boxes).
         (
             "LxmertModel",
