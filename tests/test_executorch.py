@@ -447,6 +447,29 @@ def test_fast_lowering_runs_a_declined_linear_on_its_portable_kernel(monkeypatch
         run_module(module, traced, fed)
 
 
+class NormalizedPatches(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(4).eval()
+        self.norm.running_mean.uniform_(-1, 1)
+
+    def forward(self, x):
+        return self.norm(x.transpose(1, 2)).transpose(1, 2) * 2  # patchtst's and conformers' BatchNorm1d
+
+
+def test_fast_lowering_runs_the_passes_a_decomposed_batch_norm_needs(monkeypatch):
+    # XNNPACK decomposes a batch norm it cannot fuse into a 1d convolution, which Conv1dUnsqueezePass makes 2d.
+    module = NormalizedPatches()
+    traced, fed = torch.randn(1, 5, 4), torch.randn(1, 7, 4)  # XNNPACK reshapes with one dynamic dimension
+    output, metadata = run_module(module, traced, fed)
+    torch.testing.assert_close(output, module(fed))
+    assert metadata["delegate_partitions"] == 1
+    triggers = {**executorch_exporter._XNNPACK_PASS_TRIGGERS, "Conv1dUnsqueezePass": ("convolution",)}
+    monkeypatch.setattr(executorch_exporter, "_XNNPACK_PASS_TRIGGERS", triggers)
+    with pytest.raises(ExportStageError, match="ChannelsLastTaggedReshapePass"):
+        run_module(module, traced, fed)
+
+
 class MaskedColumns(torch.nn.Module):
     def forward(self, x):
         kept = x[:, (x[..., 0] > 0).any(dim=0)]

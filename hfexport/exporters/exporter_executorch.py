@@ -701,7 +701,8 @@ _XNNPACK_PASS_TRIGGERS = {
     "DecomposeConcatenate": ("cat",),
     "RemoveGetItemPass": ("max_pool2d_with_indices", "max.dim"),
     "InsertPadQDQPass": ("constant_pad_nd",),
-    "Conv1dUnsqueezePass": ("convolution",),
+    # DecomposeBatchNorm turns a batch norm XNNPACK cannot fuse into a convolution, a 1d one after BatchNorm1d.
+    "Conv1dUnsqueezePass": ("convolution", "batch_norm"),
     "PReLUReshapePass": ("prelu",),
 }
 
