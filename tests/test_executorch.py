@@ -470,6 +470,18 @@ def test_fast_lowering_runs_the_passes_a_decomposed_batch_norm_needs(monkeypatch
         run_module(module, traced, fed)
 
 
+def test_batch_norm_1d_with_two_dynamic_dims_runs_on_portable(monkeypatch):
+    # parakeet, wav2vec2_conformer: batch and time both dynamic; XNNPACK's conv1d reshape takes one dynamic dim.
+    module = NormalizedPatches()
+    traced, fed = torch.randn(2, 5, 4), torch.randn(3, 7, 4)
+    output, metadata = run_module(module, traced, fed)
+    torch.testing.assert_close(output, module(fed))
+    assert any(p.startswith("_patch_batch_norm_1d_one_dynamic_dim") for p in metadata["workarounds"]["patches"])
+    without_workaround(monkeypatch, "_patch_batch_norm_1d_one_dynamic_dim")
+    with pytest.raises(ExportStageError, match="XNNPACK reshape only supports 1 dynamic dimension"):
+        run_module(module, traced, fed)
+
+
 class MaskedColumns(torch.nn.Module):
     def forward(self, x):
         kept = x[:, (x[..., 0] > 0).any(dim=0)]

@@ -263,7 +263,18 @@ def _patch_conv3d_as_conv2d(original: Callable) -> Callable:
 def _patch_conv1d_one_dynamic_dim(original: Callable) -> Callable:
     # wav2vec2 (dynamic): XNNPACK lowers conv1d as unsqueeze/conv2d/squeeze, and its reshape takes one dynamic dim
     # only ("XNNPACK reshape only supports 1 dynamic dimension"): leave such a conv1d to the portable kernel.
-    return _declining(original, lambda node: _dynamic_output_dims(node) > 1 and node.meta["val"].dim() == 3)
+    return _declining(original, _is_1d_with_two_dynamic_dims)
+
+
+@register_patch(BACKEND, "executorch.backends.xnnpack.partition.config.node_configs.BatchNormConfig.check_constraints")
+def _patch_batch_norm_1d_one_dynamic_dim(original: Callable) -> Callable:
+    # parakeet, wav2vec2_conformer (dynamic): XNNPACK decomposes a BatchNorm1d it cannot fuse into a conv1d, which
+    # meets the reshape limit above ("XNNPACK reshape only supports 1 dynamic dimension"): leave it to portable.
+    return _declining(original, lambda node: _is_1d_with_two_dynamic_dims(node.all_input_nodes[0]))
+
+
+def _is_1d_with_two_dynamic_dims(node: torch.fx.Node) -> bool:
+    return _dynamic_output_dims(node) > 1 and node.meta["val"].dim() == 3
 
 
 @register_patch(
