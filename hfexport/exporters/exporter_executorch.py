@@ -399,8 +399,8 @@ def _patch_convert_to_sdpa_noop(original: Callable) -> Callable:
 
 @register_fx_program_fix(BACKEND)
 def _fix_unbounded_data_dependent_sizes(program: ExportedProgram) -> bool:
-    # vjepa2's `repeat(B, mask.max() + 1)`, siglip2's patch grid read from `spatial_shapes`: a size read from a tensor
-    # has no upper bound, and memory planning needs one ("Cannot evaluate a finite upper bound ... int_oo"). It gets
+    # vjepa2's `repeat(B, mask.max() + 1)` (also sam3, pocket_tts's codec decoder): a size read from a tensor has
+    # no upper bound, and memory planning needs one ("Cannot evaluate a finite upper bound ... int_oo"). It gets
     # the largest size an input dimension accepts; the runtime refuses to grow a tensor past its planned capacity.
     # Upstream: ExecuTorch's memory planning has no place for a tensor without a bound (DYNAMIC_UNBOUND).
     unbounded: dict[Any, torch.SymInt] = {}
