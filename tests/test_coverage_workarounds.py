@@ -19,6 +19,7 @@ from hfexport.exporters import (
     ExportedModel,
     ExportStageError,
     exporter_dynamo,
+    exporter_executorch,  # noqa: F401  (registers the ExecuTorch workarounds taken out below)
     exporter_onnx,
 )
 from hfexport.exporters import utils as export_utils
@@ -115,6 +116,14 @@ NEEDED = [
     ("ParakeetForTDT", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_squeeze_of_non_unit_dim",), "Squeeze"),
     ("Sam3Model", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_contiguous_as_clone",), "Cannot view a tensor"),
     ("JetMoeForCausalLM", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_view_of_transposed_copy",), "Cannot view"),
+    (
+        "ParakeetForCTC",
+        "executorch",
+        export_utils._PATCHES,
+        "executorch",
+        ("_patch_batch_norm_1d_one_dynamic_dim",),
+        "XNNPACK reshape only supports 1 dynamic dimension",
+    ),
     (
         "DeepseekV2ForCausalLM",
         "onnx",
