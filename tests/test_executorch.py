@@ -354,6 +354,14 @@ class SortedTokens(torch.nn.Module):
         return reordered.gather(1, restored.unsqueeze(-1).expand_as(x)) * scores.unsqueeze(-1)
 
 
+class BucketedPositions(torch.nn.Module):
+    def forward(self, x):
+        fractions = torch.arange(x.shape[1]) / x.shape[1]
+        boundaries = torch.arange(1 / 4, 1, 1 / 4)  # idefics3's patch position buckets
+        buckets = torch.bucketize(fractions, boundaries, right=True) * 4 + torch.bucketize(fractions, boundaries)
+        return x + buckets.unsqueeze(-1)
+
+
 _KERNEL_REFUSES = "failed with error 0x12"
 _KERNEL_MISSING = r"Failed to load method forward, error: 0x:14"
 
@@ -371,6 +379,8 @@ _KERNEL_MISSING = r"Failed to load method forward, error: 0x:14"
         (FilledShift(), "_fix_negative_pad_as_slice", torch.randn(2, 5, 4), torch.randn(3, 7, 4), _KERNEL_REFUSES),
         # vjepa2's token (arg)sorts, jetmoe's expert grouping: the runtime has no sort kernel.
         (SortedTokens(), "_fix_sort_as_topk", torch.randn(2, 5, 4), torch.randn(3, 7, 4), _KERNEL_MISSING),
+        # idefics3/smolvlm's patch positions: the runtime has no bucketize kernel.
+        (BucketedPositions(), "_fix_bucketize_as_count", torch.randn(2, 5, 4), torch.randn(3, 8, 4), _KERNEL_MISSING),
     ],
 )
 def test_node_fixes_the_runtime_needs(module, fix, traced, fed, refusal, monkeypatch):

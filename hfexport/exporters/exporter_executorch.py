@@ -670,27 +670,48 @@ def _fix_sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -
     if node.op != "call_function" or node.target not in _UNSTABLE_SORTS:
         return False
     source, dim, descending = node.args[0], *_sort_arguments(*node.args[1:], **node.kwargs)
-    graph, value = graph_module.graph, source.meta["val"]
+    graph, length = graph_module.graph, source.meta["val"].shape[dim]
     with graph.inserting_before(node):
-        length = value.shape[dim]
         if isinstance(length, torch.SymInt):
-            length = graph.call_function(torch.ops.aten.sym_size.int, (source, dim))
-            length.meta["val"] = value.shape[dim]
-        topk = graph.call_function(torch.ops.aten.topk.default, (source, length, dim, descending, True))
-        topk.meta["val"] = torch.ops.aten.topk.default(value, value.shape[dim], dim, descending, True)
-    if node.target is torch.ops.aten.sort.default:
-        node.replace_all_uses_with(topk)
-    else:
-        with graph.inserting_after(topk):
-            indices = graph.call_function(operator.getitem, (topk, 1))
-        indices.meta["val"] = topk.meta["val"][1]
-        node.replace_all_uses_with(indices)
+            length = _call_with_value(graph, torch.ops.aten.sym_size.int, source, dim)
+        topk = _call_with_value(graph, torch.ops.aten.topk.default, source, length, dim, descending, True)
+        if node.target is torch.ops.aten.argsort.default:
+            topk = _call_with_value(graph, operator.getitem, topk, 1)
+    node.replace_all_uses_with(topk)
     graph.erase_node(node)
     return True
 
 
 def _sort_arguments(dim: int = -1, descending: bool = False) -> tuple[int, bool]:
     return dim, descending
+
+
+@register_fx_node_fix(BACKEND)
+def _fix_bucketize_as_count(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # idefics3/smolvlm's patch positions: the runtime has no bucketize kernel ("Missing operator:
+    # aten::bucketize.Tensor_out", 0x14 at load); a value's bucket is the number of boundaries below it (or at it,
+    # with right=True). Upstream: ExecuTorch's portable kernels have no bucketize.
+    if node.op != "call_function" or node.target is not torch.ops.aten.bucketize.Tensor:
+        return False
+    values, boundaries = node.args[:2]
+    below = torch.ops.aten.ge.Tensor if node.kwargs.get("right", False) else torch.ops.aten.gt.Tensor
+    dtype = torch.int32 if node.kwargs.get("out_int32", False) else torch.int64
+    graph = graph_module.graph
+    with graph.inserting_before(node):
+        column = _call_with_value(graph, torch.ops.aten.unsqueeze.default, values, -1)
+        passed = _call_with_value(graph, below, column, boundaries)
+        count = _call_with_value(graph, torch.ops.aten.sum.dim_IntList, passed, [-1], False, dtype=dtype)
+    node.replace_all_uses_with(count)
+    graph.erase_node(node)
+    return True
+
+
+def _call_with_value(graph: torch.fx.Graph, target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+    """A ``target`` node, its ``meta["val"]`` computed from its arguments' own."""
+    node = graph.call_function(target, args, kwargs)
+    fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
+    node.meta["val"] = target(*fake_args, **fake_kwargs)
+    return node
 
 
 # ── Lowering speed ──
