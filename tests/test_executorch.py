@@ -154,12 +154,6 @@ def run_module(module: torch.nn.Module, traced: torch.Tensor, fed: torch.Tensor,
     return execute(program, fed)[0], metadata
 
 
-def without_node_fix(monkeypatch, name: str) -> None:
-    kept = [w for w in export_utils._NODE_FIXES["executorch"] if w.name != name]
-    assert len(kept) == len(export_utils._NODE_FIXES["executorch"]) - 1
-    monkeypatch.setitem(export_utils._NODE_FIXES, "executorch", kept)
-
-
 class PaddingToFour(torch.nn.Module):
     def forward(self, x):
         return x.new_ones(-x.shape[1] % 4 + 1)
@@ -178,7 +172,7 @@ def test_sym_op_fixes(module, fix, error, options, monkeypatch):
     output, metadata = run_module(module, traced, fed, **options)
     assert fix in metadata["workarounds"]["fixes"]
     torch.testing.assert_close(output, module(fed))
-    without_node_fix(monkeypatch, fix)
+    without_workaround(monkeypatch, fix)
     with pytest.raises(ExportStageError, match=error):
         run_module(module, traced, fed, **options)
 
@@ -387,7 +381,7 @@ def test_node_fixes_the_runtime_needs(module, fix, traced, fed, refusal, monkeyp
     output, metadata = run_module(module, traced, fed)
     assert fix in metadata["workarounds"]["fixes"]
     torch.testing.assert_close(output, module(fed))
-    without_node_fix(monkeypatch, fix)
+    without_workaround(monkeypatch, fix)
     with pytest.raises(RuntimeError, match=refusal):
         run_module(module, traced, fed)
 

@@ -432,13 +432,17 @@ def _symbolic_sizes(value: Any) -> Iterator[torch.SymInt]:
                 yield size
 
 
+def _user_input_placeholders(program: ExportedProgram) -> list[torch.fx.Node]:
+    user_inputs = set(program.graph_signature.user_inputs)
+    return [node for node in program.graph.nodes if node.op == "placeholder" and node.name in user_inputs]
+
+
 def _largest_input_size(program: ExportedProgram) -> int:
     """The largest bound of a dynamic input dimension; in a static program, the largest input dimension."""
-    user_inputs = set(program.graph_signature.user_inputs)
     sizes = [
         size
-        for node in program.graph.nodes
-        if node.op == "placeholder" and node.name in user_inputs and isinstance(node.meta.get("val"), torch.Tensor)
+        for node in _user_input_placeholders(program)
+        if isinstance(node.meta.get("val"), torch.Tensor)
         for size in node.meta["val"].shape
     ]
     dynamic = [eval_upper_bound(size) for size in sizes if isinstance(size, torch.SymInt)]
@@ -837,10 +841,8 @@ def _fast_lowering() -> Iterator[None]:
 
 def dynamic_dim_bounds(program: ExportedProgram, input_names: list[str]) -> dict[str, dict[str, list[int]]]:
     """``{input name: {dim: [min, max]}}`` for every dynamic dimension of the user inputs of a traced program."""
-    user_inputs = set(program.graph_signature.user_inputs)
-    placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
     bounds: dict[str, dict[str, list[int]]] = {}
-    for name, node in zip(input_names, placeholders, strict=True):
+    for name, node in zip(input_names, _user_input_placeholders(program), strict=True):
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor):
             continue
