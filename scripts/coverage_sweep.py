@@ -5,7 +5,9 @@ one forked job per cell, tiny seeded model, export, save, reload, run, compare w
 ``hfexport`` and ``transformers`` (the installed transformers' own ``transformers.exporters``). Both engines build
 the very same tiny model and sample inputs (same builder, same seed) in the same job runner, so a difference in a
 row is a difference of the exporters. Each invocation writes one gate report per engine under ``--results``;
-``render`` joins every report found there (the newest result of a cell wins) into ``docs/coverage.md``.
+``render`` joins the committed record ``docs/coverage.json`` and every report found there (the newest result of a
+cell wins) into ``docs/coverage.md``, and writes the joined record back: a sweep on any checkout adds to the
+published cells instead of starting over.
 
     python scripts/coverage_sweep.py run --all --backends dynamo,onnx,executorch --shard 1/4 -j 2
     python scripts/coverage_sweep.py run --set heads --backends dynamo,onnx --shard 2/2
@@ -41,6 +43,7 @@ ENGINES = ("hfexport", "transformers")
 BACKENDS = ("dynamo", "onnx", "executorch")
 DEFAULT_RESULTS = ROOT / "build" / "coverage"
 DEFAULT_DOC = ROOT / "docs" / "coverage.md"
+DEFAULT_STORE = ROOT / "docs" / "coverage.json"
 ENGINE_TITLES = {"hfexport": "hfexport", "transformers": "transformers.exporters"}
 
 # One or more architectures per family; the families the exporters treat differently.
@@ -191,16 +194,68 @@ def run_sweep(
 Key = tuple[str, str, str]  # (engine, model class, backend)
 
 
-def load_results(results: Path) -> tuple[dict[Key, dict[str, Any]], list[dict[str, Any]]]:
-    """The newest cell per (engine, class, backend) across every report file, and every report's header."""
+# What the document shows of a cell and of a run: all the committed record keeps.
+_CELL_KEYS = (
+    "engine",
+    "model_type",
+    "model_class",
+    "backend",
+    "status",
+    "stage",
+    "error_type",
+    "error",
+    "max_abs_diff",
+)
+_RUN_KEYS = ("engine", "backends", "sweep", "shard", "created_at")
+_STORED_ERROR_CHARS = 300
+
+
+def load_results(
+    results: Path, store: Path | None = None
+) -> tuple[dict[Key, dict[str, Any]], list[dict[str, Any]], dict[str, float]]:
+    """The newest cell per (engine, class, backend) of the record and every report file, every run's header, and
+    the record's wall time of runs kept before each run's own time was (seconds per engine).
+
+    A cell carries its run's ``created_at``; of two results of a cell the later run wins, so reports already in the
+    record, or older than it, change nothing.
+    """
+    record = json.loads(store.read_text()) if store is not None and store.exists() else {}
     cells: dict[Key, dict[str, Any]] = {}
-    runs = []
-    for path in sorted(results.glob("*.json")):  # names start with a UTC timestamp: later files win
+    runs = {_run_key(run): run for run in record.get("runs", [])}
+    candidates = list(record.get("cells", []))
+    for path in sorted(results.glob("*.json")):  # names start with a UTC timestamp
         data = json.loads(path.read_text())
-        runs.append({k: data.get(k) for k in ("engine", "backends", "sweep", "shard", "created_at", "summary")})
-        for cell in data["cells"]:
-            cells[(data["engine"], cell["model_class"], cell["backend"])] = cell
-    return cells, runs
+        run = {k: data.get(k) for k in _RUN_KEYS}
+        runs.setdefault(_run_key(run), run)
+        candidates += [{**cell, "engine": data["engine"], "created_at": data["created_at"]} for cell in data["cells"]]
+    for cell in candidates:
+        key = (cell["engine"], cell["model_class"], cell["backend"])
+        if key not in cells or (cell.get("created_at") or "") >= (cells[key].get("created_at") or ""):
+            cells[key] = cell
+    return cells, list(runs.values()), record.get("untimed_seconds", {})
+
+
+def _run_key(run: dict[str, Any]) -> tuple[str, ...]:
+    """Runs of parallel sweeps can start in the same second: the command tells them apart."""
+    return (run["engine"], run["created_at"], *((run.get("sweep") or {}).get("argv") or ()))
+
+
+def _record_text(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]], untimed: dict[str, float]) -> str:
+    """The committed record: one run or cell per line, cells in key order, so a sweep's change reads as a diff."""
+
+    def stored(cell: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: cell[k] for k in (*_CELL_KEYS, "created_at") if cell.get(k) is not None}
+        if "error" in kept:
+            kept["error"] = kept["error"][:_STORED_ERROR_CHARS]
+        export = (cell.get("timings") or {}).get("export")
+        return {**kept, "timings": {} if export is None else {"export": export}}
+
+    lines = ["{", f'"untimed_seconds": {json.dumps(untimed)},', '"runs": [']
+    lines.append(",\n".join(json.dumps({k: run.get(k) for k in _RUN_KEYS}) for run in runs))
+    lines += ["],", '"cells": [']
+    lines.append(",\n".join(json.dumps(stored(cells[key])) for key in sorted(cells)))
+    lines += ["]", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def _not_built(cell: dict[str, Any]) -> bool:
@@ -236,10 +291,11 @@ def _median(values: list[float]) -> float | None:
     return values[len(values) // 2] if values else None
 
 
-def render(results: Path, doc: Path) -> str:
-    cells, runs = load_results(results)
+def render(results: Path, doc: Path, store: Path | None = None) -> str:
+    """Write the document (and the joined record to ``store``) from the record and the reports under ``results``."""
+    cells, runs, untimed = load_results(results, store)
     if not cells:
-        raise SystemExit(f"no sweep results under {results}")
+        raise SystemExit(f"no sweep results under {results} or in {store}")
     import transformers
 
     from hfexport.exporters.utils import package_versions
@@ -261,17 +317,23 @@ def render(results: Path, doc: Path) -> str:
         "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + ".",
         "",
     ]
-    lines += _sweep_section(cells, runs)
+    lines += _sweep_section(cells, runs, untimed)
     lines += _totals_section(cells)
     lines += _builder_section(cells, types_of)
     for backend in BACKENDS:
         lines += _backend_section(cells, backend)
     text = "\n".join(lines).rstrip() + "\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    scratch = doc.with_suffix(".md.tmp")
-    scratch.write_text(text)
-    os.replace(scratch, doc)
+    _write(doc, text)
+    if store is not None:
+        _write(store, _record_text(cells, runs, untimed))
     return text
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(path.suffix + ".tmp")
+    scratch.write_text(text)
+    os.replace(scratch, path)
 
 
 def _classes(cells: dict[Key, dict[str, Any]], engine: str, backend: str) -> set[str]:
@@ -284,7 +346,9 @@ def _compared(cells: dict[Key, dict[str, Any]], backend: str) -> list[str]:
     return sorted(c for c in both if not any(_not_built(cells[(e, c, backend)]) for e in ENGINES))
 
 
-def _sweep_section(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+def _sweep_section(
+    cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]], untimed: dict[str, float]
+) -> list[str]:
     lines = ["## What was swept", ""]
     unswept: dict[str, list[str]] = {}
     for backend in BACKENDS:
@@ -316,9 +380,9 @@ def _sweep_section(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]])
         "share of the (class, backend) cells, so the shards run are a sample of the set, not a choice of models.",
         "",
     ]
-    seconds: Counter = Counter()
+    seconds: Counter = Counter(untimed)
     for run in runs:
-        if run.get("sweep"):
+        if run.get("sweep") and run["sweep"]["seconds"] is not None:
             seconds[run["engine"]] += run["sweep"]["seconds"]
     lines += [
         f"{len(runs)} gate runs (one per engine, backend set and shard); summed wall time "
@@ -489,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     for command in (run, commands.add_parser("render", help="write the document from the results")):
         command.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="where the reports go")
         command.add_argument("--doc", type=Path, default=DEFAULT_DOC)
+        command.add_argument("--store", type=Path, default=DEFAULT_STORE, help="the committed record of every cell")
     args = parser.parse_args(argv)
     if args.command == "run":
         names = selected_names(args)
@@ -501,8 +566,8 @@ def main(argv: list[str] | None = None) -> int:
         except GateError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-    render(args.results, args.doc)
-    print(f"wrote {args.doc}")
+    render(args.results, args.doc, args.store)
+    print(f"wrote {args.doc} and {args.store}")
     return 0
 
 

@@ -106,6 +106,35 @@ def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
     assert "(set `heads`, shards 1/2)" in text
 
 
+def _onnx_report(results: Path, engine: str, stamp: str, status: str) -> None:
+    data = report.new_report(engine, ["onnx"], {"mode": "models"}, {}, (1, 1), None)
+    data["created_at"] = stamp
+    data["sweep"] = {"set": "models", "seconds": 60.0, "argv": ["run", "--models", "llama", "--backends", "onnx"]}
+    data["cells"] = [report.new_cell("llama", "LlamaForCausalLM", "onnx", status=status, timings={"export": 2.0})]
+    (results / f"{stamp.replace('-', '').replace(':', '')}-{engine}.json").write_text(report.to_json(data))
+
+
+def test_the_committed_record_rebuilds_the_document_and_later_runs_replace_its_cells(tmp_path: Path) -> None:
+    """A sweep on a fresh checkout adds to the published cells: the record alone renders the same document."""
+    sweep = _sweep_module()
+    results, store, doc = tmp_path / "results", tmp_path / "coverage.json", tmp_path / "coverage.md"
+    results.mkdir()
+    _onnx_report(results, "hfexport", "2026-01-01T00:00:00Z", "fail")
+    _onnx_report(results, "transformers", "2026-01-01T00:00:00Z", "pass")
+    published = sweep.render(results, doc, store)
+    assert "| onnx | 1 | **0** | **1** |" in published
+
+    fresh_checkout = tmp_path / "fresh"
+    fresh_checkout.mkdir()
+    assert sweep.render(fresh_checkout, doc, store) == published
+    _onnx_report(fresh_checkout, "hfexport", "2026-01-02T00:00:00Z", "pass")
+    _onnx_report(fresh_checkout, "transformers", "2025-12-31T00:00:00Z", "fail")  # older than the record's cell
+    text = sweep.render(fresh_checkout, doc, store)
+    assert "| onnx | 1 | **1** | **1** |" in text
+    assert "4 gate runs" in text and "summed wall time hfexport 2 min, transformers.exporters 2 min" in text
+    assert sweep.render(tmp_path / "fresh", doc, store) == text  # the reports are in the record now: no change
+
+
 @pytest.mark.slow
 def test_representative_set_hfexport_at_least_transformers_exporters(tmp_path: Path) -> None:
     sweep = _sweep_module()
