@@ -524,12 +524,9 @@ def _fix_mean_last_dim_as_4d(graph_module: torch.fx.GraphModule, node: torch.fx.
     size = value.shape[-1]
     graph = graph_module.graph
     with graph.inserting_before(node):
-        as_4d = graph.call_function(torch.ops.aten.reshape.default, (source, [value.numel() // size, 1, size, 1]))
-        mean = graph.call_function(torch.ops.aten.mean.dim, (as_4d, [2, 3], True))
-        result = graph.call_function(torch.ops.aten.reshape.default, (mean, list(output.shape)))
-    as_4d.meta["val"] = value.reshape(as_4d.args[1])
-    mean.meta["val"] = as_4d.meta["val"].mean([2, 3], keepdim=True)
-    result.meta["val"] = mean.meta["val"].reshape(result.args[1])
+        as_4d = _call_with_value(graph, torch.ops.aten.reshape.default, source, [value.numel() // size, 1, size, 1])
+        mean = _call_with_value(graph, torch.ops.aten.mean.dim, as_4d, [2, 3], True)
+        result = _call_with_value(graph, torch.ops.aten.reshape.default, mean, list(output.shape))
     for new in (as_4d, mean, result):
         new.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
     node.replace_all_uses_with(result)
@@ -627,8 +624,7 @@ def _fix_negative_pad_as_slice(graph_module: torch.fx.GraphModule, node: torch.f
             before, after = pad[index], pad[index + 1]
             if before < 0 or after < 0:
                 dim, start, end = rank - 1 - index // 2, max(-before, 0), after if after < 0 else None
-                cropped = graph_module.graph.call_function(torch.ops.aten.slice.Tensor, (cropped, dim, start, end))
-                cropped.meta["val"] = torch.ops.aten.slice.Tensor(cropped.args[0].meta["val"], dim, start, end)
+                cropped = _call_with_value(graph_module.graph, torch.ops.aten.slice.Tensor, cropped, dim, start, end)
     node.args = (cropped, [max(p, 0) for p in pad], *node.args[2:])
     return True
 
@@ -657,8 +653,7 @@ def _fix_int32_index_as_int64(graph_module: torch.fx.GraphModule, node: torch.fx
     if not isinstance(index, torch.fx.Node) or index.meta["val"].dtype != torch.int32:
         return False
     with graph_module.graph.inserting_before(node):
-        cast = graph_module.graph.call_function(torch.ops.aten._to_copy.default, (index,), {"dtype": torch.int64})
-    cast.meta["val"] = index.meta["val"].to(torch.int64)
+        cast = _call_with_value(graph_module.graph, torch.ops.aten._to_copy.default, index, dtype=torch.int64)
     node.replace_input_with(index, cast)
     return True
 
