@@ -59,7 +59,7 @@ def test_ci_subset_passes_on_every_backend(tmp_path: Path) -> None:
         tmp_path / "results",
         "ci",
         jobs=2,
-        timeout=300,
+        timeout=900,  # a hang guard, not a speed check: a cell takes 5-60 s on 2 idle cores, 10x that on a busy runner
         echo=lambda line: None,
     )
     cells = _cells(paths)
