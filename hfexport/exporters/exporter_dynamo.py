@@ -107,6 +107,27 @@ def _patch_gaussian_cutoff_as_constant(_original: Callable) -> Callable:
     return _gaussian_topk
 
 
+@register_patch("dynamo", "transformers.models.longcat_flash.modeling_longcat_flash.LongcatFlashExperts.forward")
+def _patch_longcat_experts_dense(_original: Callable) -> Callable:
+    # longcat_flash: the experts loop over the experts the router picked (nonzero, then .item()), a loop of
+    # data-dependent length ("Could not guard on data-dependent expression Eq(u0, 0)"); run every expert on every
+    # token and weight each result by its routing weight, zero where not picked (identity experts included).
+    def forward(
+        self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        weights = top_k_weights.new_zeros(hidden_states.shape[0], self.total_experts)
+        weights = weights.scatter_add(1, top_k_index, top_k_weights)
+        routed = 0 if self.gate_up_proj is None else self.num_routed_experts
+        output = hidden_states * weights[:, routed:].sum(-1, keepdim=True)
+        if routed:
+            gate, up = torch.einsum("th,eoh->eto", hidden_states, self.gate_up_proj[:routed]).chunk(2, dim=-1)
+            expert_outputs = torch.einsum("eti,ehi->eth", self.act_fn(gate) * up, self.down_proj)
+            output = output + torch.einsum("te,eth->th", weights[:, :routed], expert_outputs)
+        return output.to(hidden_states.dtype)
+
+    return forward
+
+
 _DEEPSEEK_V2 = "transformers.models.deepseek_v2.modeling_deepseek_v2"
 _LLAMA4 = "transformers.models.llama4.modeling_llama4"
 
