@@ -148,6 +148,38 @@ NEEDED = [
         ("_patch_longcat_experts_dense",),
         "Could not guard on data-dependent expression",
     ),
+    (
+        "DbrxForCausalLM",
+        "dynamo",
+        export_utils._PATCHES,
+        "dynamo",
+        ("_patch_dbrx_experts_dense",),
+        "Could not guard on data-dependent expression",
+    ),
+    (
+        "OpenAIPrivacyFilterModel",
+        "dynamo",
+        export_utils._PATCHES,
+        "dynamo",
+        ("_patch_eager_experts_as_batched_mm",),
+        "Could not guard on data-dependent expression",
+    ),
+    (
+        "MimiEncoderModel",
+        "dynamo",
+        export_utils._PATCHES,
+        "dynamo",
+        ("_patch_conv1d_padding_from_sizes",),
+        "Could not guard on data-dependent expression",
+    ),
+    (
+        "EncodecModel",
+        "dynamo",
+        export_utils._PATCHES,
+        "dynamo",
+        ("_patch_conv1d_padding_from_sizes",),
+        "Could not guard on data-dependent expression",
+    ),
     # The translation fails on prims.erf_inv (the first line of the error names the stage only).
     ("Gemma3nForCausalLM", "onnx", export_utils._PATCHES, "dynamo", ("_patch_gaussian_cutoff_as_constant",), "stage 4"),
 ]

@@ -115,15 +115,75 @@ def _patch_longcat_experts_dense(_original: Callable) -> Callable:
     def forward(
         self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
-        weights = top_k_weights.new_zeros(hidden_states.shape[0], self.total_experts)
-        weights = weights.scatter_add(1, top_k_index, top_k_weights)
         routed = 0 if self.gate_up_proj is None else self.num_routed_experts
-        output = hidden_states * weights[:, routed:].sum(-1, keepdim=True)
-        if routed:
-            gate, up = torch.einsum("th,eoh->eto", hidden_states, self.gate_up_proj[:routed]).chunk(2, dim=-1)
-            expert_outputs = torch.einsum("eti,ehi->eth", self.act_fn(gate) * up, self.down_proj)
-            output = output + torch.einsum("te,eth->th", weights[:, :routed], expert_outputs)
-        return output.to(hidden_states.dtype)
+        identities = hidden_states.expand(self.total_experts - routed, *hidden_states.shape)
+        if not routed:
+            return _weighted_by_routing(identities, top_k_index, top_k_weights)
+        gate, up = torch.einsum("th,eoh->eto", hidden_states, self.gate_up_proj[:routed]).chunk(2, dim=-1)
+        expert_outputs = torch.einsum("eti,ehi->eth", self.act_fn(gate) * up, self.down_proj)
+        return _weighted_by_routing(torch.cat([expert_outputs, identities]), top_k_index, top_k_weights)
+
+    return forward
+
+
+@register_patch("dynamo", "transformers.integrations.moe.ExpertsInterface._global_mapping")
+def _patch_eager_experts_as_batched_mm(original: dict[str, Callable]) -> dict[str, Callable]:
+    # openai_privacy_filter (its experts default to "eager"): the eager loop over the experts the router picked has
+    # a data-dependent length ("Could not guard on data-dependent expression Eq(u0, 0)"); batched_mm runs the same
+    # experts as batched matmuls (the other MoEs export their default grouped_mm).
+    return {**original, "eager": original["batched_mm"]}
+
+
+@register_patch("dynamo", "transformers.models.dbrx.modeling_dbrx.DbrxExperts.forward")
+def _patch_dbrx_experts_dense(_original: Callable) -> Callable:
+    # dbrx: the same data-dependent loop, in experts that take no experts implementation: run them densely.
+    def forward(
+        self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        batch_size, tokens = hidden_states.shape[0], hidden_states.reshape(-1, self.hidden_size)
+        shape = (self.num_experts, self.ffn_hidden_size, self.hidden_size)
+        gate = torch.einsum("th,efh->etf", tokens, self.mlp.w1.view(shape))
+        up = torch.einsum("th,efh->etf", tokens, self.mlp.v1.view(shape))
+        expert_outputs = torch.einsum("etf,efh->eth", self.mlp.activation_fn(gate) * up, self.mlp.w2.view(shape))
+        return _weighted_by_routing(expert_outputs, top_k_index, top_k_weights).view(batch_size, -1, self.hidden_size)
+
+    return forward
+
+
+def _weighted_by_routing(
+    expert_outputs: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """Each token's sum of (experts, tokens, hidden) outputs weighted by its routing weights (zero where not picked)."""
+    weights = top_k_weights.new_zeros(top_k_index.shape[0], expert_outputs.shape[0])
+    weights = weights.scatter_add(1, top_k_index, top_k_weights)
+    return torch.einsum("te,eth->th", weights, expert_outputs.to(weights.dtype)).to(expert_outputs.dtype)
+
+
+_MIMI, _ENCODEC = "transformers.models.mimi.modeling_mimi", "transformers.models.encodec.modeling_encodec"
+_POCKET_TTS = "transformers.models.pocket_tts_audio_tokenizer.modeling_pocket_tts_audio_tokenizer"
+
+
+@register_patch(
+    "dynamo",
+    f"{_MIMI}.MimiConv1d.forward",
+    f"{_ENCODEC}.EncodecConv1d.forward",
+    f"{_POCKET_TTS}.PocketTTSAudioTokenizerConv1d.forward",
+)
+def _patch_conv1d_padding_from_sizes(original: Callable) -> Callable:
+    # mimi, encodec, pocket_tts codecs: the padding comes from int64 buffers and torch.ceil, so every pad size is
+    # read from a tensor ("Could not guard on data-dependent expression Eq(u26 + u27, ...)"); the same sizes in
+    # integer arithmetic on the conv's own kernel, stride and dilation.
+    def forward(self: Any, hidden_states: torch.Tensor, padding_cache: Any = None) -> torch.Tensor:
+        if padding_cache is not None:
+            return original(self, hidden_states, padding_cache)
+        conv = self.conv
+        kernel = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1
+        stride, length = conv.stride[0], hidden_states.shape[-1]
+        total = kernel - stride
+        extra = -((kernel - total - length) // stride) * stride + kernel - total - length  # to a whole last frame
+        left, right = (total, extra) if self.causal else (total - total // 2, total // 2 + extra)
+        hidden_states = conv(self._pad1d(hidden_states, (left, right), mode=self.pad_mode))
+        return self.norm(hidden_states) if getattr(self, "norm_type", None) == "time_group_norm" else hidden_states
 
     return forward
 
