@@ -821,6 +821,10 @@ def sample_inputs(
         # Masked autoencoders draw their patch mask from torch.rand: pass the noise, or no two runs agree.
         patches = (inputs["pixel_values"].shape[-1] // config.patch_size) ** 2
         inputs["noise"] = torch.rand(batch_size, patches, generator=generator)
+    if "input_features" in inputs and "noise_sequence" in parameters and hasattr(config, "model_in_channels"):
+        # Vocoders (UnivNet) draw their noise from torch.randn when none is given: pass it, as for the autoencoders.
+        frames = inputs["input_features"].shape[1]
+        inputs["noise_sequence"] = torch.randn(batch_size, frames, config.model_in_channels, generator=generator)
     if "input_ids" in inputs and "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones(batch_size, seq_length, dtype=torch.long)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:

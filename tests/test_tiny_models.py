@@ -109,6 +109,8 @@ def test_modalities() -> None:
         ("TimesFmModel", {"past_values": (2, 512), "past_values_padding": (2, 512), "freq": (2, 1)}),
         # Masked autoencoder: the random patch mask comes from the inputs.
         ("ViTMAEModel", {"pixel_values": (2, 3, 32, 32), "noise": (2, 16)}),
+        # Vocoder: the noise it would draw from torch.randn comes from the inputs, one row per spectrogram frame.
+        ("UnivNetModel", {"input_features": (2, 56, 16), "noise_sequence": (2, 56, 64)}),
         # Spectrogram transformer: (batch, max_length frames, mel bins).
         ("ASTForAudioClassification", {"input_values": (2, 64, 16)}),
         # Probabilistic forecaster: context 4 plus 7 lag steps, one time feature, a horizon of 4.
