@@ -136,7 +136,8 @@ def _patch_eager_experts_as_batched_mm(original: dict[str, Callable]) -> dict[st
 
 @register_patch("dynamo", "transformers.models.dbrx.modeling_dbrx.DbrxExperts.forward")
 def _patch_dbrx_experts_dense(_original: Callable) -> Callable:
-    # dbrx: the same data-dependent loop, in experts that take no experts implementation: run them densely.
+    # dbrx: its experts loop over the experts the router picked, a data-dependent loop (as longcat_flash's), and
+    # take no experts implementation to switch to: run every expert on every token, weighted by routing.
     def forward(
         self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
