@@ -214,7 +214,7 @@ def load_results(
     results: Path, store: Path | None = None
 ) -> tuple[dict[Key, dict[str, Any]], list[dict[str, Any]], dict[str, float]]:
     """The newest cell per (engine, class, backend) of the record and every report file, every run's header, and
-    the record's wall time of runs kept before each run's own time was (seconds per engine).
+    the record's summed wall time, per engine, of the runs whose own times were not kept (``untimed_seconds``).
 
     A cell carries its run's ``created_at``; of two results of a cell the later run wins, so reports already in the
     record, or older than it, change nothing.
