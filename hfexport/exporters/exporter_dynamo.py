@@ -178,9 +178,10 @@ def _patch_conv1d_padding_from_sizes(original: Callable) -> Callable:
         if padding_cache is not None:
             return original(self, hidden_states, padding_cache)
         conv = self.conv
-        stride = conv.stride[0]
-        total = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1 - stride
-        extra = -hidden_states.shape[-1] % stride  # the models' ceil of frames: the length becomes a stride multiple
+        kernel = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1
+        stride, length = conv.stride[0], hidden_states.shape[-1]
+        total = kernel - stride
+        extra = -((kernel - total - length) // stride) * stride + kernel - total - length  # to a whole last frame
         left, right = (total, extra) if self.causal else (total - total // 2, total // 2 + extra)
         hidden_states = conv(self._pad1d(hidden_states, (left, right), mode=self.pad_mode))
         return self.norm(hidden_states) if getattr(self, "norm_type", None) == "time_group_norm" else hidden_states
