@@ -95,11 +95,28 @@ def export(
 
 @main.command()
 @click.option("--backend", type=click.Choice(FORMATS), help="Only this backend's workarounds.")
-@click.option("--check", is_flag=True, help="Exit 1 when a patch target no longer resolves in the installed packages.")
-def registry(backend: str | None, check: bool) -> None:
-    """List every registered workaround: backend, stage, kind, name, targets and why it exists."""
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 when a patch target or a transformers internal hfexport uses does not resolve in this transformers.",
+)
+@click.option(
+    "--checkout",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Transformers checkout to check against (default: the one around the current directory, else the installed).",
+)
+def registry(backend: str | None, check: bool, checkout: Path | None) -> None:
+    """List every registered workaround: backend, stage, kind, name, targets and why it exists.
+
+    With --check, also resolve every patch target and every non-public transformers name hfexport uses (the
+    compatibility layer) in the transformers that `hfexport check` would export from here.
+    """
+    from .gate.changes import find_checkout
+    from .gate.worker import install_checkout
+
+    install_checkout(checkout or find_checkout(Path.cwd()))
     from .exporters.auto import import_backend_modules
-    from .exporters.utils import all_workarounds, unresolved_targets
+    from .exporters.utils import all_workarounds
 
     for skipped in import_backend_modules(backend):
         click.echo(f"note: {skipped}", err=True)
@@ -109,12 +126,29 @@ def registry(backend: str | None, check: bool) -> None:
         click.echo(f"{w.backend:<10} {w.stage:<22} {w.kind:<16} {w.name}\n    targets: {targets}\n    why: {w.reason}")
     click.echo(f"{len(rows)} workaround(s)")
     if check:
-        missing = unresolved_targets(backend)
-        for workaround, reason in missing:
+        _check_registry(backend)
+
+
+def _check_registry(backend: str | None) -> None:
+    import transformers
+
+    from . import compat
+    from .exporters.utils import unresolved_targets
+
+    click.echo(f"checking against transformers {transformers.__version__} at {Path(transformers.__file__).parent}")
+    problems = 0
+    for workaround, reason, model_absent in unresolved_targets(backend):
+        if model_absent:
+            click.echo(f"absent model {workaround.backend} {workaround.name}: {reason} (not needed here)")
+        else:
+            problems += 1
             click.echo(f"UNRESOLVED {workaround.backend} {workaround.name}: {reason}", err=True)
-        if missing:
-            sys.exit(1)
-        click.echo("every patch target resolves")
+    for internal, reason in compat.unresolved():
+        problems += 1
+        click.echo(f"MISSING transformers internal {internal.path}: off here: {internal.feature} ({reason})", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"every patch target and all {len(compat.INTERNALS)} transformers internals hfexport uses resolve")
 
 
 @main.command()

@@ -20,13 +20,20 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
-from transformers.models.auto import modeling_auto
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+from transformers import CONFIG_MAPPING, AutoConfig, PretrainedConfig, PreTrainedModel
+
+from . import compat
+
+# Internals of the auto classes (through the compatibility layer: an empty table if a transformers lacks one).
+modeling_auto = compat.internal("transformers.models.auto.modeling_auto")
+CONFIG_MAPPING_NAMES: dict[str, str] = (
+    compat.internal("transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES") or {}
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ALTERNATE_CONFIGS",
     "UnknownModelError",
     "all_model_types",
     "model_classes_for_type",
@@ -272,6 +279,27 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     "autoformer": {"prediction_length": 4, "num_time_features": 1, "label_length": 2},
     "informer": {"prediction_length": 4, "num_time_features": 1},
     "time_series_transformer": {"prediction_length": 4, "num_time_features": 1},
+}
+
+# ── Alternate configs ──
+# A second tiny config for a representative class of each family: constructor arguments applied on top of the shrunk
+# config (``tiny_model(name, overrides=ALTERNATE_CONFIGS[name])``) that take other code paths of the same model.
+# Sliding windows stay shorter than sample_inputs' 7 tokens, so the window masks something.
+ALTERNATE_CONFIGS: dict[str, dict[str, Any]] = {
+    "LlamaForCausalLM": {"tie_word_embeddings": True, "num_hidden_layers": 3},
+    "MistralForCausalLM": {"sliding_window": 4},
+    "Gemma3ForCausalLM": {
+        "num_hidden_layers": 3,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+    },
+    # BERT as a decoder: causal mask and a key/value cache.
+    "BertModel": {"is_decoder": True, "type_vocab_size": 4},
+    "ViTModel": {"image_size": 48, "patch_size": 16, "num_channels": 1},
+    # Untied T5 (mT5, Flan-T5) skips the decoder output scaling; gated-gelu doubles the feed-forward input projection.
+    "T5ForConditionalGeneration": {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+    # Every second layer sparse (the default, every fourth, leaves two layers without a router or experts).
+    "NllbMoeForConditionalGeneration": {"encoder_sparse_step": 2, "decoder_sparse_step": 2, "expert_capacity": 16},
 }
 
 
@@ -530,14 +558,40 @@ def _attn_implementation(model_class: type[PreTrainedModel]) -> str:
     return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
 
 
-def _build_tiny_config(model_class: type[PreTrainedModel]) -> PretrainedConfig:
+def _build_tiny_config(model_class: type[PreTrainedModel], overrides: dict[str, Any]) -> PretrainedConfig:
     config_cls = model_class.config_class
     model_type = getattr(config_cls, "model_type", "")
     default = AutoConfig.for_model(model_type) if model_type in CONFIG_MAPPING_NAMES else config_cls()
     kwargs = _shrink_config(default, _TokenIds())
-    config = type(default)(**kwargs)
+    return type(default)(**{**kwargs, **overrides})
+
+
+def _with_overrides(config: PretrainedConfig, overrides: dict[str, Any]) -> PretrainedConfig:
+    # Rebuilt from the declared entries only: derived ones (T5's dense_act_fn) would pin the old values.
+    declared = _declared_keys(type(config))
+    kwargs = {k: v for k, v in config.to_dict().items() if k in declared and k not in _SKIPPED_KEYS}
+    return type(config)(**{**kwargs, **overrides})
+
+
+def _complete_config(config: PretrainedConfig) -> None:
+    """Fill in what models and sample inputs rely on where a config, the builder's or a tester's, leaves it unset."""
     _fill_sizes_left_to_checkpoints(config)
-    return config
+    _fill_pad_token_ids(config)
+
+
+def _fill_pad_token_ids(config: PretrainedConfig) -> None:
+    # Decoder sequence classifiers refuse batches > 1 without one ("no padding token is defined"). The eos id, as
+    # eager generate pads with; sample inputs never draw special ids, so no row is all padding.
+    stored = vars(config)
+    for value in stored.values():
+        if isinstance(value, PretrainedConfig):
+            _fill_pad_token_ids(value)
+    vocab_size = stored.get("vocab_size")
+    if "pad_token_id" not in stored or stored["pad_token_id"] is not None or not isinstance(vocab_size, int):
+        return
+    eos = stored.get("eos_token_id")
+    eos = eos[0] if isinstance(eos, list | tuple) and eos else eos
+    config.pad_token_id = eos if isinstance(eos, int) and 0 <= eos < vocab_size else 0
 
 
 def _fill_sizes_left_to_checkpoints(config: PretrainedConfig) -> None:
@@ -556,22 +610,30 @@ def _fill_sizes_left_to_checkpoints(config: PretrainedConfig) -> None:
         config.num_experts_per_tok = EXPERTS_PER_TOKEN
 
 
-def tiny_config(name: str, checkout: Path | None = None) -> PretrainedConfig:
-    """Return a tiny config for a model type or class; a transformers checkout's model tester wins if usable."""
+def tiny_config(name: str, checkout: Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainedConfig:
+    """Return a tiny config for a model type or class; a transformers checkout's model tester wins if usable.
+
+    ``overrides`` are constructor arguments applied on top of the tiny config (see ``ALTERNATE_CONFIGS``).
+    """
     model_class = resolve_model_class(name)
     config = None
     if checkout is not None:
         config = tester_config(model_class.config_class.model_type, checkout)
     if config is None:
-        config = _build_tiny_config(model_class)
+        config = _build_tiny_config(model_class, overrides or {})
+    elif overrides:
+        config = _with_overrides(config, overrides)
+    _complete_config(config)
     config._attn_implementation = _attn_implementation(model_class)
     return config
 
 
-def tiny_model(name: str, seed: int = 0, checkout: Path | None = None) -> PreTrainedModel:
-    """Build a seeded, random-weight, float32 tiny model in eval mode."""
+def tiny_model(
+    name: str, seed: int = 0, checkout: Path | None = None, overrides: dict[str, Any] | None = None
+) -> PreTrainedModel:
+    """Build a seeded, random-weight, float32 tiny model in eval mode (``overrides``: see ``tiny_config``)."""
     model_class = resolve_model_class(name)
-    config = tiny_config(model_class.__name__, checkout=checkout)
+    config = tiny_config(model_class.__name__, checkout=checkout, overrides=overrides)
     torch.manual_seed(seed)
     try:
         model = model_class(config)
@@ -748,6 +810,13 @@ def _is_dual_encoder(model: PreTrainedModel, parameters: set[str]) -> bool:
     return {"input_ids", "pixel_values"} <= parameters and has_image_encoder and not has_placeholder
 
 
+def _classifies_at_eos(model: PreTrainedModel) -> bool:
+    config = model.config
+    heads = _class_names("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", config.model_type)
+    eos = getattr(config, "eos_token_id", None)
+    return getattr(config, "is_encoder_decoder", False) and type(model).__name__ in heads and isinstance(eos, int)
+
+
 def sample_inputs(
     model: PreTrainedModel, batch_size: int = 2, seq_length: int = 7, seed: int = 0
 ) -> dict[str, torch.Tensor]:
@@ -825,6 +894,9 @@ def sample_inputs(
         # Vocoders (UnivNet) draw their noise from torch.randn when none is given: pass it, as for the autoencoders.
         frames = inputs["input_features"].shape[1]
         inputs["noise_sequence"] = torch.randn(batch_size, frames, config.model_in_channels, generator=generator)
+    if "input_ids" in inputs and _classifies_at_eos(model):
+        # Encoder-decoder sequence classifiers (bart, t5) read each row's last <eos>: every row must end with one.
+        inputs["input_ids"][:, -1] = config.eos_token_id
     if "input_ids" in inputs and "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones(batch_size, seq_length, dtype=torch.long)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
@@ -852,27 +924,46 @@ def _checkout_tests_importable(checkout: Path) -> Iterator[None]:
 
 
 def _model_tester_class(module: Any, model_type: str) -> type | None:
-    wanted = model_type.replace("_", "").lower() + "modeltester"
-    testers = [obj for name, obj in vars(module).items() if name.endswith("ModelTester") and inspect.isclass(obj)]
+    # Only testers the file defines: the common bases it imports (CausalLMModelTester) need a subclass's attributes.
+    wanted = model_type.replace("_", "").replace("-", "").lower() + "modeltester"
+    testers = [
+        obj
+        for name, obj in vars(module).items()
+        if name.endswith("ModelTester") and inspect.isclass(obj) and obj.__module__ == module.__name__
+    ]
     exact = [cls for cls in testers if cls.__name__.lower() == wanted]
     return (exact or testers or [None])[0]
 
 
+def _tests_package_name(model_type: str) -> str:
+    # Tests live in the model's package, which sub-model types share (gemma3_text: tests/models/gemma3).
+    try:
+        return CONFIG_MAPPING[model_type].__module__.split(".")[-2]
+    except (KeyError, IndexError):
+        return model_type.replace("-", "_")
+
+
 def tester_config(model_type: str, checkout: Path) -> PretrainedConfig | None:
     """Return the config of ``<Name>ModelTester`` from a transformers checkout, or None if unavailable."""
-    test_file = Path(checkout) / "tests" / "models" / model_type / f"test_modeling_{model_type}.py"
+    package = _tests_package_name(model_type)
+    test_file = Path(checkout) / "tests" / "models" / package / f"test_modeling_{package}.py"
     if not test_file.is_file():
         logger.debug("No model tester file %s", test_file)
         return None
     try:
         with _checkout_tests_importable(Path(checkout)):
-            module = importlib.import_module(f"tests.models.{model_type}.test_modeling_{model_type}")
+            module = importlib.import_module(f"tests.models.{package}.test_modeling_{package}")
             tester_cls = _model_tester_class(module, model_type)
             if tester_cls is None:
                 logger.debug("No ModelTester class in %s", test_file)
                 return None
-            return tester_cls(parent=unittest.TestCase()).get_config()
+            # Positionally, as transformers' own test cases pass themselves to their testers.
+            config = tester_cls(unittest.TestCase()).get_config()
     except Exception as error:
         # Test files track the checkout, not the installed transformers: any failure means "shrink instead".
         logger.debug("Model tester config for %s failed: %s", model_type, error)
         return None
+    if getattr(config, "model_type", None) != model_type:
+        logger.debug("%s's config is a %s, not a %s", tester_cls.__name__, type(config).__name__, model_type)
+        return None
+    return config

@@ -260,7 +260,7 @@ def _record_text(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]], u
 
 def _not_built(cell: dict[str, Any]) -> bool:
     """The tiny model or its eager run failed: nothing was exported (the builder's problem, not the engine's)."""
-    return cell["status"] == "error" and cell.get("stage") in ("build", "eager")
+    return cell["status"] == "not_checked" or (cell["status"] == "error" and cell.get("stage") in ("build", "eager"))
 
 
 def _result(cell: dict[str, Any] | None) -> str:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,19 @@ def _action_copy(destination: Path) -> Path:
     return destination
 
 
+def _python_of_its_own(venv: Path) -> Path:
+    """What setup-python provides: a Python of its own, seeing the packages this suite runs with (torch included).
+
+    Not ``--system-site-packages``: run from a virtual environment, that would see the base interpreter's packages
+    (an old setuptools, no wheel) instead of this environment's. A .pth file adds this environment's site-packages,
+    after the new environment's own, whichever interpreter the suite runs on.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site_packages = next((venv / "lib").glob("python*/site-packages"))
+    (site_packages / "suite-packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return venv
+
+
 def test_run_steps_execute_as_written(tmp_path):
     # The PR: a feature branch touching llama on top of main, checked out as the workspace.
     workspace = make_checkout(tmp_path / "workspace")
@@ -149,8 +163,7 @@ def test_run_steps_execute_as_written(tmp_path):
     action_path = _action_copy(tmp_path / "action")
     runner_temp = tmp_path / "runner-temp"
     runner_temp.mkdir()
-    venv = tmp_path / "venv"  # what setup-python provides: a Python of its own (that sees the installed torch)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    venv = _python_of_its_own(tmp_path / "venv")
     event = {
         "number": 7,
         "pull_request": {

@@ -115,7 +115,7 @@ NEEDED = [
     ),
     ("ParakeetForTDT", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_squeeze_of_non_unit_dim",), "Squeeze"),
     ("Sam3Model", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_contiguous_as_clone",), "Cannot view a tensor"),
-    ("JetMoeForCausalLM", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_view_of_transposed_copy",), "Cannot view"),
+    ("JetMoeForCausalLM", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_view_of_transpose",), "Cannot view"),
     (
         "ParakeetForCTC",
         "executorch",

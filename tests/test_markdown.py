@@ -160,3 +160,51 @@ def test_summary_verdicts():
 def test_max_chars_below_the_minimum_is_refused():
     with pytest.raises(ValueError, match="at least"):
         render_markdown(report([]), max_chars=100)
+
+
+def test_tool_errors_and_classes_not_checked_are_shown_apart():
+    from hfexport.gate import report as gate_report
+
+    frame = {
+        "file": "hfexport/exporters/exporter_dynamo.py",
+        "line": 262,
+        "function": "_is_walkable_object",
+        "text": "from transformers.cache_utils import DummyLayer",
+        "workaround": None,
+    }
+    cells = [
+        gate_report.new_cell("llama", "LlamaModel", "dynamo", status="pass", max_abs_diff=1e-6, timings={}),
+        gate_report.new_cell(
+            "llama", "LlamaForCausalLM", "dynamo", status="tool_error", stage="dynamo · stage 2 model patches",
+            error_type="ImportError", error="cannot import name 'DummyLayer'", frame=frame,
+            disabled={"transformers.cache_utils.DummyLayer": "placeholder cache layers"},
+        ),
+        gate_report.new_cell(
+            "llama", "LlamaForTokenClassification", "dynamo", status="not_checked", stage="eager",
+            error_type="ValueError", error="Cannot handle batch sizes > 1 if no padding token is defined.",
+        ),
+    ]  # fmt: skip
+    data = gate_report.new_report(
+        "hfexport", ["dynamo"], {"mode": "models", "model_types": [], "representative": False}, {}
+    )
+    data["cells"] = cells
+    data = gate_report.finalize(data)
+    assert gate_report.validate_report(data) == []
+    assert data["exit_code"] == 2 and data["summary"]["tool_errors"] == 1 and data["summary"]["not_checked"] == 1
+    assert data["summary"]["failed"] == 0 and data["summary"]["new_failures"] == 0
+    text = render_markdown(data)
+    assert "💥 **hfexport itself failed in 1 check**" in text
+    assert "1 tool errors, 1 not checked" in text
+    rows = {r[0]: r[1:] for r in table_rows(html(text))}
+    assert next(iter(rows)) == "LlamaForCausalLM"  # a tool error comes first
+    assert rows["LlamaForCausalLM"][0].startswith("💥 hfexport tool error · stage 2 model patches · ImportError")
+    assert rows["LlamaForTokenClassification"][0].startswith("❔ not checked · eager · ValueError")
+    assert "hfexport code: hfexport/exporters/exporter\\_dynamo.py:262 in \\_is\\_walkable\\_object" in text
+    assert "off in this transformers: transformers.cache\\_utils.DummyLayer" in text
+    terminal = gate_report.terminal_table(data)
+    assert "TOOL ERROR stage 2 model patches" in terminal and "not checked" in terminal
+    assert "(at hfexport/exporters/exporter_dynamo.py:262 in _is_walkable_object)" in terminal
+    junit = gate_report.junit_xml(data)
+    assert 'type="hfexport tool error"' in junit and "not checked:" in junit
+    annotations = gate_report.github_annotations(data)
+    assert [a.split(" ", 1)[0] for a in annotations] == ["::error", "::notice"]

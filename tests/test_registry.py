@@ -174,7 +174,7 @@ def test_unresolvable_path_is_reported_not_fatal(isolated_registries, target_mod
     assert report.unresolved == ["hfexport_registry_target.Target.does_not_exist"]
     assert "does_not_exist" in caplog.text
     missing = unresolved_targets("test")
-    assert [w.name for w, _ in missing] == ["_patch_typo"]
+    assert [(w.name, absent) for w, _, absent in missing] == [("_patch_typo", False)]
 
 
 def _small_graph_module():

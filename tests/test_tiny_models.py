@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from support import max_abs_diff
+from tester_checkout import TESTER_HIDDEN_SIZE, TESTER_INTERMEDIATE_SIZE, TESTER_LAYERS, make_tester_checkout
 from transformers import CLIPModel, LlamaForCausalLM, LlamaModel, PreTrainedModel
 
 # tester_config is reached through the module: imported by name, pytest would collect it as a test.
 from hfexport import tiny_models
+from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportedModel
 from hfexport.tiny_models import (
+    ALTERNATE_CONFIGS,
     CORE_MODEL_TYPES,
     UnknownModelError,
     all_model_types,
@@ -302,3 +307,95 @@ def test_tester_config_failure_falls_back(tmp_path: Path) -> None:
     checkout = _fake_checkout(tmp_path, "raise RuntimeError('broken test file')\n")
     assert tiny_models.tester_config("llama", checkout) is None
     assert tiny_config("llama", checkout=checkout).hidden_size == tiny_models.HIDDEN
+
+
+def test_tester_config_from_a_checkout_laid_out_like_transformers(tmp_path: Path) -> None:
+    # tests/models/llama/test_modeling_llama.py: a LlamaModelTester(CausalLMModelTester) reached by relative imports.
+    checkout = make_tester_checkout(tmp_path)
+    config = tiny_config("llama", checkout=checkout)
+    assert (config.hidden_size, config.num_hidden_layers) == (TESTER_HIDDEN_SIZE, TESTER_LAYERS)
+    assert config.intermediate_size == TESTER_INTERMEDIATE_SIZE
+    # The tester sets no padding token: completed like the builder's configs, with the eos id.
+    assert config.pad_token_id == config.eos_token_id == 2
+    model = tiny_model("LlamaForCausalLM", checkout=checkout)
+    assert model.config.hidden_size == TESTER_HIDDEN_SIZE
+    assert len(model.model.layers) == TESTER_LAYERS
+    classifier = tiny_model("LlamaForSequenceClassification", checkout=checkout)
+    with torch.no_grad():
+        assert classifier(**sample_inputs(classifier)).logits.shape[0] == 2
+    assert "tests.causal_lm_tester" not in sys.modules  # the checkout's tests package is not left behind
+    overridden = tiny_config("llama", checkout=checkout, overrides={"tie_word_embeddings": True})
+    assert (overridden.hidden_size, overridden.tie_word_embeddings) == (TESTER_HIDDEN_SIZE, True)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "LlamaForSequenceClassification",
+        "Gemma3TextForSequenceClassification",
+        "Qwen2ForSequenceClassification",
+        "MistralForSequenceClassification",
+        "GPT2ForSequenceClassification",
+        # The padding token sits on the text sub-config.
+        "Gemma3ForSequenceClassification",
+    ],
+)
+def test_decoder_sequence_classifiers_get_a_padding_token(name: str) -> None:
+    model = tiny_model(name)
+    text_config = model.config.get_text_config()
+    assert 0 <= text_config.pad_token_id < text_config.vocab_size
+    inputs = sample_inputs(model)
+    # Never a padding token in the sample inputs: the classifier reads each row's last token.
+    assert not (inputs["input_ids"] == text_config.pad_token_id).any()
+    with torch.no_grad():
+        assert model(**inputs).logits.shape == (2, model.config.num_labels)
+
+
+@pytest.mark.parametrize("name", ["BartForSequenceClassification", "T5ForSequenceClassification"])
+def test_encoder_decoder_classifiers_get_rows_ending_with_eos(name: str) -> None:
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    assert (inputs["input_ids"][:, -1] == model.config.eos_token_id).all()
+    with torch.no_grad():
+        assert model(**inputs).logits.shape == (2, model.config.num_labels)
+
+
+def test_overrides_apply_on_top_of_the_tiny_config() -> None:
+    config = tiny_config("llama", overrides={"num_hidden_layers": 3, "tie_word_embeddings": True})
+    assert (config.num_hidden_layers, config.tie_word_embeddings) == (3, True)
+    assert config.hidden_size == tiny_models.HIDDEN
+    assert config.pad_token_id is not None
+
+
+@pytest.mark.parametrize("name", list(ALTERNATE_CONFIGS))
+def test_alternate_configs_build_other_configs(name: str) -> None:
+    config = tiny_config(name, overrides=ALTERNATE_CONFIGS[name])
+    assert config.to_dict() != tiny_config(name).to_dict()
+    # Sliding windows shorter than the sample inputs, so the window masks something.
+    assert getattr(config, "sliding_window", None) in (None, *range(2, 7))
+
+
+def _dynamo_round_trip_diffs(model: PreTrainedModel, directory: Path) -> list[float]:
+    """Largest differences from eager after save and load, at the export's size and at another one."""
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exported = AutoHfExporter.from_config(config).export(model, sample_inputs(model), config)
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(directory / "export"))
+    diffs = []
+    for inputs in (sample_inputs(model), sample_inputs(model, batch_size=3, seq_length=11, seed=1)):
+        with torch.no_grad():
+            expected = model(**inputs)
+        diffs.append(max_abs_diff(loaded(**inputs), expected))
+    return diffs
+
+
+@pytest.mark.parametrize("name", ["LlamaForCausalLM", "MistralForCausalLM"])
+def test_alternate_configs_export_on_dynamo(name: str, tmp_path: Path) -> None:
+    model = tiny_model(name, overrides=ALTERNATE_CONFIGS[name])
+    assert max(_dynamo_round_trip_diffs(model, tmp_path)) <= 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ALTERNATE_CONFIGS))
+def test_every_alternate_config_exports_on_dynamo(name: str, tmp_path: Path) -> None:
+    model = tiny_model(name, overrides=ALTERNATE_CONFIGS[name])
+    assert max(_dynamo_round_trip_diffs(model, tmp_path)) <= 1e-4

@@ -13,6 +13,7 @@ import importlib
 import inspect
 import statistics
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from torch.export import Dim, ExportedProgram
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .. import compat
 from .base import ExportConfigMixin, HfExporter
 from .utils import PatchReport, apply_patches, export_stage, register_patch
 
@@ -52,8 +54,7 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 # ── Stage 2: Model patches ──
 # Swap model methods torch.export cannot trace for export-safe equivalents, for the duration of one export.
 # Extend with ``@register_patch("dynamo", "transformers.models.<name>.modeling_<name>.<Class>.<method>")``; the
-# patches are installed by ``DynamoExporter.export_program`` around the trace (SPEC.md's NllbMoe example traces
-# as it is in transformers 5.23, so it has none).
+# patches are installed by ``DynamoExporter.export_program`` around the trace.
 
 
 @register_patch("dynamo", "torch.nn.functional.scaled_dot_product_attention")
@@ -160,6 +161,48 @@ def _weighted_by_routing(
     return torch.einsum("te,eth->th", weights, expert_outputs.to(weights.dtype)).to(expert_outputs.dtype)
 
 
+_NLLB_MOE = "transformers.models.nllb_moe.modeling_nllb_moe"
+
+
+@register_patch("dynamo", f"{_NLLB_MOE}.NllbMoeTop2Router._cast_classifier")
+def _patch_nllb_moe_router_cast_when_needed(original: Callable) -> Callable:
+    # nllb_moe (sparse layers): the router's .to(router_dtype) in forward fails on traced weights ("Couldn't swap
+    # Linear.weight": Module.to swaps fake parameters even when the dtype already matches); cast only when it differs.
+    def _cast_classifier(self: Any) -> None:
+        if self.classifier.weight.dtype != self.dtype:
+            original(self)
+
+    return _cast_classifier
+
+
+@register_patch("dynamo", f"{_NLLB_MOE}.math")
+def _patch_nllb_moe_ceil_as_sym_ite(original: types.ModuleType) -> Any:
+    # nllb_moe (sparse layers): torch.export.save cannot serialize the expert capacity's math.ceil of the token count
+    # ("Failed serializing node ceil"; nor floor, for -(-x // 1)): the same ceiling of a size from trunc and sym_ite.
+    def ceil(value: Any) -> Any:
+        if not isinstance(value, torch.SymFloat):
+            return original.ceil(value)
+        truncated = torch.sym_int(value)
+        return torch.sym_ite(value > truncated, truncated + 1, truncated)
+
+    return types.SimpleNamespace(**{**vars(original), "ceil": ceil})
+
+
+@register_patch("dynamo", f"{_NLLB_MOE}.NllbMoeExperts.forward")
+def _patch_nllb_moe_experts_dense(_original: Callable) -> Callable:
+    # nllb_moe (sparse layers): the experts loop over the experts hit (nonzero), a data-dependent loop as dbrx's: run
+    # every expert on every token, each weighted by the router probabilities of the pairs its mask selects.
+    def forward(self: Any, hidden_states: torch.Tensor, router_mask: torch.Tensor, router_probs: torch.Tensor) -> Any:
+        expert_mask = torch.nn.functional.one_hot(router_mask, num_classes=self.num_experts).permute(2, 1, 0)
+        weights = torch.einsum("ejt,tj->te", expert_mask.to(router_probs.dtype), router_probs)
+        outputs = torch.stack([self[f"expert_{index}"](hidden_states) for index in range(self.num_experts)])
+        if self.moe_token_dropout > 0:
+            outputs = self.token_dropout(outputs) if self.training else outputs * (1 - self.moe_token_dropout)
+        return torch.einsum("te,eth->th", weights, outputs.to(weights.dtype)).to(hidden_states.dtype)
+
+    return forward
+
+
 _MIMI, _ENCODEC = "transformers.models.mimi.modeling_mimi", "transformers.models.encodec.modeling_encodec"
 _POCKET_TTS = "transformers.models.pocket_tts_audio_tokenizer.modeling_pocket_tts_audio_tokenizer"
 
@@ -200,7 +243,9 @@ def _patch_rotary_frequencies_as_cos_sin(original: Callable) -> Callable:
     # deepseek_v2, llama4 rotate by complex products (torch.polar, view_as_complex), which neither ONNX ("No
     # decompositions registered for the complex-valued input") nor ExecuTorch's edge dialect ("view_as_complex_copy
     # does not support automatic differentiation") expresses: carry each frequency as a real (cos, sin) pair.
-    from transformers.modeling_rope_utils import dynamic_rope_update
+    dynamic_rope_update = compat.internal("transformers.modeling_rope_utils.dynamic_rope_update")
+    if dynamic_rope_update is None:
+        return original
 
     @torch.no_grad()
     @dynamic_rope_update
@@ -255,10 +300,17 @@ def _class_from_path(path: str) -> type:
 
 def _is_walkable_object(value: Any) -> bool:
     # Hybrid models (qwen3_next, bailing_hybrid, jamba, ...) keep conv/recurrent states in linear-attention layers,
-    # which do not derive from CacheLayerMixin.
-    from transformers.cache_utils import Cache, CacheLayerMixin, DummyLayer, LinearAttentionCacheLayerMixin
+    # which do not derive from CacheLayerMixin; an older transformers may lack some of these layer kinds.
+    from transformers import Cache
 
-    return isinstance(value, (Cache, CacheLayerMixin, LinearAttentionCacheLayerMixin, DummyLayer))
+    return isinstance(value, (Cache, *compat.internal_types(*_CACHE_LAYER_TYPES)))
+
+
+_CACHE_LAYER_TYPES = (
+    "transformers.cache_utils.CacheLayerMixin",
+    "transformers.cache_utils.LinearAttentionCacheLayerMixin",
+    "transformers.cache_utils.DummyLayer",
+)
 
 
 def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
@@ -380,7 +432,7 @@ def _subclasses(cls: type) -> Iterator[type]:
 
 def register_cache_types() -> list[str]:
     """Register every ``Cache`` subclass loaded so far (model-specific ones too, once their module is imported)."""
-    from transformers.cache_utils import Cache
+    from transformers import Cache
 
     classes = [Cache, *_subclasses(Cache)]
     for cls in classes:
@@ -390,7 +442,7 @@ def register_cache_types() -> list[str]:
 
 def ensure_pytree_types(type_paths: list[str]) -> None:
     """Before loading a saved program: import and register every type its input/output specs name."""
-    from transformers.cache_utils import Cache
+    from transformers import Cache
 
     for path in type_paths:
         # ModelOutput subclasses register themselves with pytree when their class is created: importing is enough
@@ -521,7 +573,12 @@ class DynamoExporter(HfExporter):
                 )
         metadata = program_metadata(program, sample_inputs)
         metadata["cache_types_registered"] = len(cache_types)
-        metadata["workarounds"] = {"patches": patches.installed, "unresolved": patches.unresolved, "fixes": []}
+        metadata["workarounds"] = {
+            "patches": patches.installed,
+            "unresolved": patches.unresolved,
+            "fixes": [],
+            "disabled": compat.disabled(),  # transformers internals this checkout lacks: what was off
+        }
         metadata["timings"] = {"torch.export": round(time.perf_counter() - started, 3)}
         return program, metadata
 

@@ -28,6 +28,7 @@ from onnxscript import opset18 as op  # noqa: E402
 from torch._prims_common import is_contiguous_or_false  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 
+from .. import compat  # noqa: E402
 from .exporter_dynamo import DynamoConfig, DynamoExporter  # noqa: E402
 from .utils import (  # noqa: E402
     ExportStageError,
@@ -147,29 +148,16 @@ def _fix_contiguous_as_clone(graph_module: torch.fx.GraphModule, node: torch.fx.
     return True
 
 
-def _has_copy_upstream(node: Any) -> bool:
-    """Whether a copy (clone) feeds ``node`` through views, reshapes and transposes only."""
-    layout_ops = (
-        torch.ops.aten.view.default,
-        torch.ops.aten.reshape.default,
-        torch.ops.aten.transpose.int,
-        torch.ops.aten.permute.default,
-    )
-    while isinstance(node, torch.fx.Node) and node.target in layout_ops:
-        node = node.args[0]
-    return isinstance(node, torch.fx.Node) and node.target is torch.ops.aten.clone.default
-
-
 @register_fx_node_fix("onnx")
-def _fix_view_of_transposed_copy(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    # jetmoe: _fix_reshape_of_strided_view copies the SDPA output to a contiguous layout, so a later view of its
-    # transpose, traced against the fused kernel's layout, fails in decomposition ("Cannot view a tensor"); view a
-    # contiguous copy of the transpose instead.
-    if node.op != "call_function" or node.target is not torch.ops.aten.view.default:
+def _fix_view_of_transpose(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # A view (or reshape) of a transposed SDPA output is traced against one kernel's layout and torch.onnx
+    # re-decomposes with another ("Cannot view a tensor": jetmoe; T5 on transformers 5.22): read a contiguous copy,
+    # an Identity in ONNX.
+    if node.op != "call_function" or node.target not in (torch.ops.aten.view.default, torch.ops.aten.reshape.default):
         return False
     source = node.args[0]
     transposes = (torch.ops.aten.transpose.int, torch.ops.aten.permute.default)
-    if not isinstance(source, torch.fx.Node) or source.target not in transposes or not _has_copy_upstream(source):
+    if not isinstance(source, torch.fx.Node) or source.target not in transposes:
         return False
     _read_contiguous_copy(graph_module, node, source)
     return True
@@ -246,9 +234,11 @@ _ONNX_TRANSLATION_TABLE: dict[Any, Callable[..., Any]] = {
 
 
 def _register_grouped_mm() -> None:
-    import transformers.integrations.moe  # noqa: F401 - defines torch.ops.transformers.grouped_mm_fallback
-
-    _ONNX_TRANSLATION_TABLE[torch.ops.transformers.grouped_mm_fallback.default] = _aten_grouped_mm
+    # Importing transformers.integrations.moe defines torch.ops.transformers.grouped_mm_fallback, when it has one.
+    if compat.internal("transformers.integrations.moe") is not None and hasattr(
+        torch.ops.transformers, "grouped_mm_fallback"
+    ):
+        _ONNX_TRANSLATION_TABLE[torch.ops.transformers.grouped_mm_fallback.default] = _aten_grouped_mm
 
 
 _register_grouped_mm()

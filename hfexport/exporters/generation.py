@@ -23,7 +23,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
+from transformers import Cache, DynamicCache, EncoderDecoderCache
+
+from .. import compat
+from .utils import ExportFailure
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -37,6 +40,9 @@ DECODER_ONLY = "decoder-only"
 ENCODER_DECODER = "encoder-decoder"
 
 # ── KV cache as plain tensors ──
+
+# Without it (a transformers older or newer than the names here) generation is off, not the export.
+CacheLayerMixin = compat.internal("transformers.cache_utils.CacheLayerMixin") or object
 
 
 class SlotCacheLayer(CacheLayerMixin):
@@ -334,6 +340,8 @@ def export_generation_components(
     With ``config.dynamic`` the batch size and the prompt length are dynamic; otherwise both are fixed to
     those of ``sample_inputs`` and :func:`generate` left-pads shorter prompts to that length.
     """
+    if CacheLayerMixin is object:
+        raise NotImplementedError("this transformers has no transformers.cache_utils.CacheLayerMixin")
     _warn_ignored_settings(model)
     limit = _max_positions(model)
     if max_cache_len is None:
@@ -471,7 +479,7 @@ def _sequence_length(inputs: dict[str, Any], main_input: str) -> int | None:
 # ── Greedy generation ──
 
 
-class GenerationLengthError(ValueError):
+class GenerationLengthError(ExportFailure):
     """A request needs more cache slots, or another batch or prompt size, than the export was made for."""
 
 

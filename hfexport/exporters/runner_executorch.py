@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .utils import require
+from .utils import ExportFailure, require
 
 require("executorch", extra="executorch")
 
@@ -38,18 +38,18 @@ class ExecutorchRunner(ModelRunner):
             if not isinstance(value, torch.Tensor) or traced is None:
                 continue
             if value.dim() != len(traced):
-                raise ValueError(
+                raise ExportFailure(
                     f"{component}: input {name!r} has {value.dim()} dimensions, exported with {len(traced)}"
                 )
             for dim, size in enumerate(value.shape):
                 low_high = bounds.get(name, {}).get(str(dim))
                 if low_high is None and size != traced[dim]:
-                    raise ValueError(
+                    raise ExportFailure(
                         f"{component}: input {name!r} dimension {dim} is {size}, but it was exported static "
                         f"with size {traced[dim]} (export with dynamic=True to vary it)"
                     )
                 if low_high is not None and not low_high[0] <= size <= low_high[1]:
-                    raise ValueError(
+                    raise ExportFailure(
                         f"{component}: input {name!r} dimension {dim} is {size}, outside the exported bounds "
                         f"[{low_high[0]}, {low_high[1]}] (raise ExecutorchConfig.dynamic_upper_bound to allow it)"
                     )

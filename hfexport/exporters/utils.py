@@ -9,7 +9,6 @@ registered for its backend at the stage that owns it.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -19,6 +18,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..compat import UnresolvedPathError, resolve_path
 
 logger = logging.getLogger("hfexport")
 
@@ -53,7 +54,7 @@ class Workaround:
         return _STAGES.get((self.backend, self.kind), "?")
 
 
-# Where each kind of workaround runs, per backend (SPEC.md, Part 1 "Stages").
+# Where each kind of workaround runs, per backend (the "# ── Stage N" banners of each exporter module).
 _STAGES = {
     ("dynamo", "patch"): "2 model patches",
     ("onnx", "patch"): "1 torch patches",
@@ -137,35 +138,12 @@ def workaround_reason(function: Callable) -> str:
 # ── Dotted-path resolution ──
 
 
-class UnresolvedPathError(LookupError):
-    """A patch target that does not exist in the installed packages."""
+def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str, bool]]:
+    """Every (workaround, reason, model_absent) whose target path does not resolve in the installed packages.
 
-
-def resolve_path(path: str) -> tuple[Any, str]:
-    """Return ``(owner, attribute_name)`` for a dotted path, importing the longest importable module prefix."""
-    parts = path.split(".")
-    owner: Any = None
-    for split in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:split])
-        try:
-            owner = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        break
-    else:
-        raise UnresolvedPathError(f"{path}: no importable module prefix")
-    for attribute in parts[split:-1]:
-        if not hasattr(owner, attribute):
-            raise UnresolvedPathError(f"{path}: {type(owner).__name__} {owner!r} has no attribute {attribute!r}")
-        owner = getattr(owner, attribute)
-    name = parts[-1]
-    if not hasattr(owner, name):
-        raise UnresolvedPathError(f"{path}: {getattr(owner, '__name__', owner)!r} has no attribute {name!r}")
-    return owner, name
-
-
-def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str]]:
-    """Every (workaround, reason) whose target path does not resolve in the installed packages."""
+    ``model_absent``: the target is in a ``transformers.models.<type>`` package this transformers does not have (a
+    model newer or older than it), so the workaround is simply not needed here.
+    """
     missing = []
     for workaround in all_workarounds(backend):
         if workaround.kind != "patch":
@@ -174,8 +152,15 @@ def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str
             try:
                 resolve_path(target)
             except UnresolvedPathError as error:
-                missing.append((workaround, str(error)))
+                missing.append((workaround, str(error), _model_absent(target)))
     return missing
+
+
+def _model_absent(path: str) -> bool:
+    parts = path.split(".")
+    if parts[:2] != ["transformers", "models"] or len(parts) < 3:
+        return False
+    return importlib.util.find_spec(".".join(parts[:3])) is None
 
 
 _EXTRA_WORKAROUND_SOURCES: list[Callable[[], list[Workaround]]] = []
@@ -348,6 +333,13 @@ def export_stage(backend: str, stage: int, stage_name: str) -> Iterator[None]:
         raise
     except Exception as error:
         raise ExportStageError(backend, stage, stage_name, error) from error
+
+
+class ExportFailure(ValueError):
+    """hfexport's finding that an export falls short (outputs differ, a shape it does not accept).
+
+    Raised on purpose by hfexport's code, so the gate reports it as the model's failure, never as a tool error.
+    """
 
 
 class MissingDependencyError(ImportError):

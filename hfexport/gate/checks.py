@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import importlib
 import importlib.util
+import linecache
 import re
 import tempfile
 import time
@@ -18,6 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import hfexport
+
+from .. import compat
+from ..exporters.utils import ExportFailure
+from .blame import Frame, blame
 
 # Largest max-abs difference from eager that still passes, per backend.
 TOLERANCES = {"dynamo": 1e-4, "onnx": 1e-4, "executorch": 1e-3}
@@ -27,13 +34,25 @@ GENERATION_TOKENS = 4
 
 
 class CellFailure(Exception):
-    """Ends a cell: ``stage`` is where it failed, ``status`` is "fail" (export side) or "error" (model side)."""
+    """Ends a cell: ``stage`` is where it failed; the status says whose failure it is (see ``blame.py``).
 
-    def __init__(self, stage: str, error: BaseException, status: str = "fail"):
+    "tool_error": hfexport's own code failed; "not_checked": the tiny model could not be built or run eagerly;
+    "oom": out of memory; "fail": the export, its runtime or the comparison failed for this model.
+    """
+
+    def __init__(self, stage: str, error: BaseException, building: bool = False):
         super().__init__(str(error))
         self.stage = stage
         cause = root_cause(error)
-        self.status = "oom" if isinstance(cause, MemoryError) or _out_of_memory(cause) else status
+        found = blame(error)
+        if isinstance(cause, MemoryError) or _out_of_memory(cause):
+            self.status = "oom"
+        elif found.owner == "hfexport":
+            self.status = "tool_error"
+        else:
+            self.status = "not_checked" if building else "fail"
+        self.frame = found.frame
+        self.workaround = found.workaround
         self.error_type = type(cause).__name__
         self.first_line = first_line(cause)
 
@@ -62,14 +81,15 @@ def _out_of_memory(error: BaseException) -> bool:
 
 
 @contextmanager
-def step(stage: str, timings: dict[str, float], key: str, status: str = "fail") -> Iterator[None]:
+def step(stage: str, timings: dict[str, float], key: str, building: bool = False) -> Iterator[None]:
+    """Time one step; an exception inside ends the cell as a ``CellFailure`` of ``stage``."""
     started = time.perf_counter()
     try:
         yield
     except CellFailure:
         raise
     except Exception as error:
-        raise CellFailure(stage, error, status) from error
+        raise CellFailure(stage, error, building) from error
     finally:
         timings[key] = round(time.perf_counter() - started, 3)
 
@@ -95,6 +115,10 @@ def build_model(job: dict[str, Any], checkout: Path | None) -> Any:
 
 
 # ── Comparing outputs ──
+
+
+class OutputMismatch(ExportFailure):
+    """The exported program's outputs (or generated tokens) differ from eager's."""
 
 
 def flat_outputs(outputs: Any) -> list[tuple[str, Any]]:
@@ -216,8 +240,29 @@ def run_cell(job: dict[str, Any], checkout: Path | None, engine_name: str = "hfe
         cell.update(status="pass", stage=None, error_type=None, error=None)
     except CellFailure as failure:
         cell.update(status=failure.status, stage=failure.stage, error_type=failure.error_type, error=failure.first_line)
+        cell["frame"] = frame_record(failure.frame, checkout, failure.workaround)
     timings["total"] = round(time.perf_counter() - started, 3)
+    cell["disabled"] = compat.disabled()
     return cell
+
+
+def frame_record(frame: Frame | None, checkout: Path | None, workaround: str | None = None) -> dict[str, Any] | None:
+    """The deciding frame for the report: path relative to the checkout (or to hfexport's parent), and its text."""
+    if frame is None:
+        return None
+    path = Path(frame.file)
+    for root in (checkout, Path(hfexport.__file__).resolve().parent.parent):
+        if root is not None and path.is_relative_to(root.resolve()):
+            path = path.relative_to(root.resolve())
+            break
+    text = linecache.getline(frame.file, frame.line).strip()[:300]
+    return {
+        "file": path.as_posix(),
+        "line": frame.line,
+        "function": frame.function,
+        "text": text,
+        "workaround": workaround,
+    }
 
 
 def _check(
@@ -235,10 +280,10 @@ def _check(
     from hfexport.exporters.utils import ExportStageError
 
     export, save, load = engine(engine_name)
-    with step("build", timings, "build", status="error"):
+    with step("build", timings, "build", building=True):
         model = build_model(job, checkout)
         inputs = tiny_models.sample_inputs(model)
-    with step("eager", timings, "eager", status="error"), torch.no_grad():
+    with step("eager", timings, "eager", building=True), torch.no_grad():
         expected = model(**copy.deepcopy(inputs))
     with tempfile.TemporaryDirectory(prefix="hfexport-cell-") as scratch:
         try:
@@ -260,7 +305,7 @@ def _check(
             max_abs, max_rel, problem = compare(expected, actual, tolerance)
             cell.update(max_abs_diff=max_abs, max_rel_diff=max_rel)
             if problem:
-                raise AssertionError(problem)
+                raise OutputMismatch(problem)
     if job.get("generation") and generation_available(engine_name) and _can_generate(model):
         _check_generation(model, inputs, export, backend, cell, timings)
 
@@ -292,4 +337,4 @@ def _check_generation(
         detail = f"{GENERATION_TOKENS} greedy tokens {'match' if same else 'differ from'} eager"
         cell["generation"] = {"status": "pass" if same else "fail", "detail": detail}
         if not same:
-            raise AssertionError(f"{detail}: {produced.tolist()} != {expected.tolist()}")
+            raise OutputMismatch(f"{detail}: {produced.tolist()} != {expected.tolist()}")

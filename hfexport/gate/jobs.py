@@ -119,7 +119,7 @@ class WorkerProcess:
         if remaining:
             error = f"the job worker died ({self.process.wait()}): {self._stderr_tail()}"
             for index in sorted(remaining):
-                yield index, {"status": "error", "stage": "job", "error_type": "WorkerError", "error": error}
+                yield index, {"status": "tool_error", "stage": "job", "error_type": "WorkerError", "error": error}
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -13,11 +13,14 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .cells import disabled_features
+
 MARKER = "<!-- hfexport-report -->"
 TITLE = "### hfexport export report"
 MIN_CHARS = 2000  # room for the marker, the summary, the table header and the truncation notes
 
 _FAILURE_STATUSES = ("fail", "crash", "timeout", "oom", "error")
+_NOT_A_RESULT = ("tool_error", "not_checked")  # shown apart: neither is the model's result
 # Characters CommonMark/GFM give a meaning to inline (emphasis, links, images, math, strikethrough).
 _MD_PUNCTUATION = frozenset("\\*_[]()!~$^{}")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "|": "&#124;", "`": "&#96;"}
@@ -83,6 +86,10 @@ def _is_failure(cell: dict[str, Any]) -> bool:
 def _icon(cell: dict[str, Any]) -> str:
     if cell.get("status") == "skipped":
         return "⏭️"
+    if cell.get("status") == "tool_error":
+        return "💥"
+    if cell.get("status") == "not_checked":
+        return "❔"
     if cell.get("regression") == "fixed":
         return "🔧"
     if _is_failure(cell):
@@ -102,6 +109,10 @@ def render_cell(cell: dict[str, Any]) -> str:
     icon = _icon(cell)
     if cell.get("status") == "skipped":
         return f"{icon} skipped: {escape_inline(cell.get('skip_reason') or 'no reason given', 120)}"
+    if cell.get("status") in ("tool_error", "not_checked"):
+        kind = "hfexport tool error" if cell["status"] == "tool_error" else "not checked"
+        parts = [f"{icon} {kind}", escape_inline(_stage(cell), 60), escape_inline(_error_line(cell), 140)]
+        return " · ".join(p for p in parts if p)
     if _is_failure(cell):
         kind = escape_inline(cell.get("status"), 20)
         label = f"pre-existing {kind}" if cell.get("regression") == "pre-existing" else kind
@@ -113,14 +124,29 @@ def render_cell(cell: dict[str, Any]) -> str:
 
 def _counts(report: dict[str, Any]) -> dict[str, int]:
     summary = report.get("summary") if isinstance(report.get("summary"), dict) else {}
-    keys = ("total", "passed", "failed", "new_failures", "pre_existing", "fixed", "skipped")
+    keys = (
+        "total",
+        "passed",
+        "failed",
+        "new_failures",
+        "pre_existing",
+        "fixed",
+        "skipped",
+        "tool_errors",
+        "not_checked",
+    )
     return {key: int(summary.get(key) or 0) for key in keys}
 
 
 def summary_line(report: dict[str, Any]) -> str:
     """The verdict first, then the counts, then what was checked."""
     n = _counts(report)
-    if n["new_failures"]:
+    if n["tool_errors"]:
+        verdict = (
+            f"💥 **hfexport itself failed in {n['tool_errors']} check{'s' if n['tool_errors'] != 1 else ''}** "
+            "(tool errors: the gate is broken there, not the model)"
+        )
+    elif n["new_failures"]:
         verdict = f"❌ **{n['new_failures']} new export failure{'s' if n['new_failures'] != 1 else ''}**"
     elif n["failed"] and n["pre_existing"] < n["failed"]:
         verdict = f"❌ **{n['failed']} export failure{'s' if n['failed'] != 1 else ''}**"
@@ -130,7 +156,8 @@ def summary_line(report: dict[str, Any]) -> str:
         verdict = "✅ **every export passed**"
     counts = (
         f"{n['total']} checks: {n['passed']} passed, {n['failed']} failed "
-        f"({n['new_failures']} new, {n['pre_existing']} pre-existing), {n['fixed']} fixed, {n['skipped']} skipped"
+        f"({n['new_failures']} new, {n['pre_existing']} pre-existing), {n['fixed']} fixed, {n['skipped']} skipped, "
+        f"{n['tool_errors']} tool errors, {n['not_checked']} not checked"
     )
     backends = ", ".join(escape_inline(b, 30) for b in report.get("backends") or [])
     selection = report.get("selection") if isinstance(report.get("selection"), dict) else {}
@@ -155,7 +182,9 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, 
 
     def rank(item: tuple[str, dict[str, dict[str, Any]]]) -> tuple[int, str]:
         cells = item[1].values()
-        if any(_is_failure(c) and c.get("regression") != "pre-existing" for c in cells):
+        if any(
+            c.get("status") == "tool_error" or (_is_failure(c) and c.get("regression") != "pre-existing") for c in cells
+        ):
             return 0, item[0]
         if any(_is_failure(c) for c in cells):
             return 1, item[0]
@@ -191,7 +220,36 @@ def _failure_details(cell: dict[str, Any]) -> str:
     generation = cell.get("generation")
     if isinstance(generation, dict) and generation.get("detail"):
         items.append(f"- generation: {escape_inline(generation.get('detail'), 1000)}")
+    items += _frame_items(cell)
     return f"<details><summary>{_icon(cell)} {title}</summary>\n\n" + "\n".join(items) + "\n\n</details>"
+
+
+def _frame_items(cell: dict[str, Any]) -> list[str]:
+    """Where it broke (hfexport's frame for a tool error), and the transformers internals this checkout lacks."""
+    items = []
+    frame = cell.get("frame")
+    if isinstance(frame, dict) and frame.get("file"):
+        owner = "hfexport code" if cell.get("status") == "tool_error" else "where"
+        line = f":{frame['line']}" if isinstance(frame.get("line"), int) else ""
+        where = f"{frame['file']}{line} in {frame.get('function') or '?'}"
+        if frame.get("workaround"):
+            where += f" (workaround {frame['workaround']})"
+        items.append(f"- {owner}: {escape_inline(where, 300)}")
+        if frame.get("text"):
+            items.append(f"- line: {escape_inline(frame['text'], 300)}")
+    disabled = cell.get("disabled")
+    if isinstance(disabled, dict) and disabled:
+        names = ", ".join(f"{name} ({feature})" for name, feature in disabled.items())
+        items.append(f"- off in this transformers: {escape_inline(names, 1000)}")
+    return items
+
+
+def _disabled_note(report: dict[str, Any]) -> str:
+    disabled = disabled_features(report)
+    if not disabled:
+        return ""
+    names = "; ".join(f"{name}: {feature}" for name, feature in disabled.items())
+    return f"Off in this transformers (internals it lacks): {escape_inline(names, 1000)}\n\n"
 
 
 def _timing(cell: dict[str, Any]) -> str:
@@ -239,11 +297,11 @@ def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url:
     backends, rows = _rows(report)
     header, table_rows = _table(backends, rows)
     cells = [c for _, by_backend in rows for c in by_backend.values()]
-    sections = [_failure_details(c) for c in cells if _is_failure(c)]
+    sections = [_failure_details(c) for c in cells if _is_failure(c) or c.get("status") in _NOT_A_RESULT]
     passing = _passing_details(cells)
     if passing:
         sections.append(passing)
-    top = f"{MARKER}\n{TITLE}\n\n{summary_line(report)}\n\n{header}"
+    top = f"{MARKER}\n{TITLE}\n\n{summary_line(report)}\n\n{_disabled_note(report)}{header}"
     footer = _footer(report)
 
     def body(kept_rows: list[str], kept_sections: list[str], note: str) -> str:

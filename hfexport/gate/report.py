@@ -1,7 +1,8 @@
 """The gate's report: the versioned JSON schema, its validator, and the JSON / JUnit / terminal / annotation views.
 
-Schema "hfexport-report" version 1 is the contract between ``check``, ``merge`` and ``comment`` (see
-docs/HELPERS.md); ``validate_report`` is its single definition in code.
+Schema "hfexport-report" (``REPORT_SCHEMA_VERSION``) is the contract between ``check``, ``merge`` and ``comment``;
+``validate_report`` is its single definition. Version 2 added the ``tool_error`` and ``not_checked`` statuses and
+the cell keys ``frame`` (where it broke) and ``disabled`` (transformers internals the checkout lacks).
 """
 
 from __future__ import annotations
@@ -16,16 +17,25 @@ from typing import Any
 
 import hfexport
 
+from .cells import disabled_features
+
 REPORT_SCHEMA = "hfexport-report"
-REPORT_SCHEMA_VERSION = 1
-STATUSES = ("pass", "fail", "crash", "timeout", "oom", "skipped", "error")
+REPORT_SCHEMA_VERSION = 2
+# Version 1 reports (no tool_error / not_checked, no frame / disabled) are still read by merge and comment.
+READABLE_SCHEMA_VERSIONS = (1, 2)
+# "tool_error": hfexport itself failed (exit code 2); "not_checked": no tiny model could be built or run eagerly.
+# Neither is a model's failure. "error" is version 1's build/eager/job error, read but no longer written.
+STATUSES = ("pass", "fail", "crash", "timeout", "oom", "skipped", "error", "tool_error", "not_checked")
 FAILURE_STATUSES = frozenset({"fail", "crash", "timeout", "oom", "error"})
 REGRESSIONS = ("new", "pre-existing", "fixed", None)
 SELECTION_MODES = ("diff", "files", "models", "all")
 CELL_KEYS = (
     "model_type", "model_class", "backend", "status", "regression", "stage", "error_type", "error",
     "max_abs_diff", "max_rel_diff", "tolerance", "timings", "workarounds", "skip_reason", "source", "generation",
+    "frame", "disabled",
 )  # fmt: skip
+# Keys version 1 cells lack.
+_V2_CELL_KEYS = ("frame", "disabled")
 
 
 def utc_now() -> str:
@@ -53,14 +63,23 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, int]:
         "pre_existing": sum(c.get("regression") == "pre-existing" for c in cells),
         "fixed": sum(c.get("regression") == "fixed" for c in cells),
         "skipped": sum(c["status"] == "skipped" for c in cells),
+        "tool_errors": sum(c["status"] == "tool_error" for c in cells),
+        "not_checked": sum(c["status"] == "not_checked" for c in cells),
     }
 
 
+def exit_code(summary: dict[str, int]) -> int:
+    """2 when hfexport itself failed (the gate is broken and must say so), 1 on a new failure, else 0."""
+    if summary.get("tool_errors"):
+        return 2
+    return 1 if summary["new_failures"] else 0
+
+
 def finalize(report: dict[str, Any]) -> dict[str, Any]:
-    """Fill summary and exit code from the cells: 1 when any failure is new, else 0."""
+    """Fill summary and exit code from the cells."""
     report["cells"].sort(key=lambda c: (c["model_type"], c["model_class"], c["backend"]))
     report["summary"] = summarize(report["cells"])
-    report["exit_code"] = 1 if report["summary"]["new_failures"] else 0
+    report["exit_code"] = exit_code(report["summary"])
     return report
 
 
@@ -104,10 +123,10 @@ def _check_type(errors: list[str], where: str, value: Any, types: tuple[type, ..
     return True
 
 
-def _validate_cell(errors: list[str], where: str, cell: Any) -> None:
+def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> None:
     if not _check_type(errors, where, cell, (dict,)):
         return
-    missing = [k for k in CELL_KEYS if k not in cell]
+    missing = [k for k in CELL_KEYS if k not in cell and (version > 1 or k not in _V2_CELL_KEYS)]
     if missing:
         errors.append(f"{where}: missing {', '.join(missing)}")
         return
@@ -134,19 +153,29 @@ def _validate_cell(errors: list[str], where: str, cell: Any) -> None:
     valid = _check_type(errors, f"{where}.generation", generation, (dict,), nullable=True)
     if valid and generation and generation.get("status") not in ("pass", "fail", "skipped"):
         errors.append(f"{where}.generation.status: expected pass, fail or skipped")
-    if cell["status"] in FAILURE_STATUSES and not cell["error"]:
+    if _check_type(errors, f"{where}.frame", cell.get("frame"), (dict,), nullable=True) and cell.get("frame"):
+        frame = cell["frame"]
+        for key in ("file", "function", "text", "workaround"):
+            _check_type(errors, f"{where}.frame.{key}", frame.get(key), (str,), nullable=True)
+        _check_type(errors, f"{where}.frame.line", frame.get("line"), (int,), nullable=True)
+    if _check_type(errors, f"{where}.disabled", cell.get("disabled"), (dict,), nullable=True) and cell.get("disabled"):
+        for name, feature in cell["disabled"].items():
+            _check_type(errors, f"{where}.disabled[{name!r}]", feature, (str,))
+    if cell["status"] in (*FAILURE_STATUSES, "tool_error", "not_checked") and not cell["error"]:
         errors.append(f"{where}: a {cell['status']} cell needs an error")
 
 
 def validate_report(data: Any) -> list[str]:
-    """Every way ``data`` departs from schema version 1; an empty list means valid."""
+    """Every way ``data`` departs from its schema version (1 or 2); an empty list means valid."""
     errors: list[str] = []
     if not _check_type(errors, "report", data, (dict,)):
         return errors
     if data.get("schema") != REPORT_SCHEMA:
         errors.append(f"schema: expected {REPORT_SCHEMA!r}, got {data.get('schema')!r}")
-    if data.get("schema_version") != REPORT_SCHEMA_VERSION:
-        errors.append(f"schema_version: expected {REPORT_SCHEMA_VERSION}, got {data.get('schema_version')!r}")
+    version = data.get("schema_version")
+    if version not in READABLE_SCHEMA_VERSIONS:
+        errors.append(f"schema_version: expected one of {READABLE_SCHEMA_VERSIONS}, got {version!r}")
+        return errors
     for key in ("hfexport_version", "created_at", "engine"):
         _check_type(errors, key, data.get(key), (str,))
     for key in ("repository", "selection", "shard", "summary"):
@@ -169,14 +198,16 @@ def validate_report(data: Any) -> list[str]:
     cells = data.get("cells")
     if _check_type(errors, "cells", cells, (list,)):
         for index, cell in enumerate(cells):
-            _validate_cell(errors, f"cells[{index}]", cell)
+            _validate_cell(errors, f"cells[{index}]", cell, version)
     summary = data.get("summary")
     if isinstance(summary, dict) and isinstance(cells, list) and not errors:
         expected = summarize(cells)
+        if version == 1:
+            expected = {k: v for k, v in expected.items() if k not in ("tool_errors", "not_checked")}
         if summary != expected:
             errors.append(f"summary: {summary} does not match the cells ({expected})")
-    if data.get("exit_code") not in (0, 1):
-        errors.append(f"exit_code: expected 0 or 1, got {data.get('exit_code')!r}")
+    if data.get("exit_code") not in (0, 1, 2):
+        errors.append(f"exit_code: expected 0, 1 or 2, got {data.get('exit_code')!r}")
     return errors
 
 
@@ -209,7 +240,16 @@ def cell_label(cell: dict[str, Any]) -> str:
         return f"skipped: {cell.get('skip_reason')}"
     prefix = "pre-existing " if cell.get("regression") == "pre-existing" else ""
     where = f" · {cell['stage']}" if cell.get("stage") else ""
-    return f"{prefix}{status}{where}: {cell.get('error_type')}: {cell.get('error')}"
+    return f"{prefix}{status.replace('_', ' ')}{where}: {cell.get('error_type')}: {cell.get('error')}{frame_note(cell)}"
+
+
+def frame_note(cell: dict[str, Any]) -> str:
+    """`` (at file:line in function)`` for a tool error: the hfexport code that broke (workaround named)."""
+    frame = cell.get("frame") if cell.get("status") == "tool_error" else None
+    if not isinstance(frame, dict) or not frame.get("file"):
+        return ""
+    workaround = f", workaround {frame['workaround']}" if frame.get("workaround") else ""
+    return f" (at {frame['file']}:{frame.get('line')} in {frame.get('function')}{workaround})"
 
 
 def progress_line(done: int, total: int, cell: dict[str, Any]) -> str:
@@ -222,12 +262,12 @@ def _short(cell: dict[str, Any]) -> str:
     status = cell["status"]
     if status == "pass":
         return "pass" + (" (fixed)" if cell.get("regression") == "fixed" else "")
-    if status == "skipped":
-        return "skipped"
+    if status in ("skipped", "not_checked"):
+        return status.replace("_", " ")
     stage = cell.get("stage") or ""
     stage = stage.split(" · ", 1)[-1] if " · " in stage else stage
     marker = "(pre-existing) " if cell.get("regression") == "pre-existing" else ""
-    return f"{status.upper()} {marker}{stage}".strip()
+    return f"{status.upper().replace('_', ' ')} {marker}{stage}".strip()
 
 
 def terminal_table(report: dict[str, Any]) -> str:
@@ -245,15 +285,23 @@ def terminal_table(report: dict[str, Any]) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     for cell in report["cells"]:
-        if cell["status"] in FAILURE_STATUSES or cell["status"] == "skipped":
+        if cell["status"] != "pass":
             lines.append(f"  {cell['model_class']} · {cell['backend']}: {cell_label(cell)}")
-    summary = report["summary"]
-    lines.append(
+    lines.append(summary_counts(report["summary"]))
+    for name, feature in disabled_features(report).items():
+        lines.append(f"off in this transformers (no {name}): {feature}")
+    if report["summary"].get("tool_errors"):
+        lines.append("hfexport itself failed (tool errors above): these cells say nothing about the models")
+    return "\n".join(lines)
+
+
+def summary_counts(summary: dict[str, int]) -> str:
+    return (
         f"{summary['total']} cells: {summary['passed']} passed, {summary['failed']} failed "
         f"({summary['new_failures']} new, {summary['pre_existing']} pre-existing), {summary['fixed']} fixed, "
-        f"{summary['skipped']} skipped"
+        f"{summary['skipped']} skipped, {summary.get('tool_errors', 0)} tool errors, "
+        f"{summary.get('not_checked', 0)} not checked"
     )
-    return "\n".join(lines)
 
 
 def junit_xml(report: dict[str, Any]) -> str:
@@ -267,8 +315,10 @@ def junit_xml(report: dict[str, Any]) -> str:
             name=f"hfexport.{backend}",
             tests=str(len(cells)),
             failures=str(sum(c["status"] == "fail" and is_new_failure(c) for c in cells)),
-            errors=str(sum(c["status"] != "fail" and is_new_failure(c) for c in cells)),
-            skipped=str(sum(c["status"] == "skipped" or c.get("regression") == "pre-existing" for c in cells)),
+            errors=str(
+                sum((c["status"] != "fail" and is_new_failure(c)) or c["status"] == "tool_error" for c in cells)
+            ),
+            skipped=str(sum(_junit_skipped(c) for c in cells)),
         )
         for cell in cells:
             seconds = (cell.get("timings") or {}).get("total") or 0
@@ -281,6 +331,11 @@ def junit_xml(report: dict[str, Any]) -> str:
             )
             if cell["status"] == "skipped":
                 ET.SubElement(case, "skipped", message=cell.get("skip_reason") or "")
+            elif cell["status"] == "not_checked":
+                ET.SubElement(case, "skipped", message=f"not checked: {cell_label(cell)}")
+            elif cell["status"] == "tool_error":
+                element = ET.SubElement(case, "error", message=cell_label(cell), type="hfexport tool error")
+                element.text = cell_label(cell)
             elif cell.get("regression") == "pre-existing":
                 ET.SubElement(case, "skipped", message=f"pre-existing: {cell_label(cell)}")
             elif is_new_failure(cell):
@@ -293,6 +348,10 @@ def junit_xml(report: dict[str, Any]) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def _junit_skipped(cell: dict[str, Any]) -> bool:
+    return cell["status"] in ("skipped", "not_checked") or cell.get("regression") == "pre-existing"
+
+
 def _escape_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
@@ -302,9 +361,17 @@ def _escape_property(text: str) -> str:
 
 
 def github_annotations(report: dict[str, Any]) -> list[str]:
-    """``::error`` workflow commands at the model class line of every new failure."""
+    """``::error`` at the model class line of every new failure and tool error, ``::notice`` for classes not checked."""
     lines = []
     for cell in report["cells"]:
+        if cell["status"] == "not_checked":
+            title = _escape_property(f"{cell['model_class']} not checked on {cell['backend']}")
+            lines.append(f"::notice title={title}::{_escape_data(cell_label(cell))}")
+            continue
+        if cell["status"] == "tool_error":
+            title = _escape_property(f"hfexport failed checking {cell['model_class']} on {cell['backend']}")
+            lines.append(f"::error title={title}::{_escape_data(cell_label(cell))}")
+            continue
         if not is_new_failure(cell):
             continue
         source = cell.get("source") or {}
@@ -357,6 +424,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError("nothing to merge")
     first = reports[0]
     merged = {**first, "created_at": utc_now(), "cells": [], "shard": {"index": 1, "count": 1}}
+    merged["schema_version"] = REPORT_SCHEMA_VERSION  # version 1 shards are lifted: their cells lack only v2 keys
     merged["backends"] = list(dict.fromkeys(b for r in reports for b in r["backends"]))
     model_types = sorted({t for r in reports for t in r["selection"].get("model_types", [])})
     merged["selection"] = {**first["selection"], "model_types": model_types}
@@ -369,5 +437,5 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             if key in seen:
                 raise ValueError(f"{key[0]} · {key[1]} appears in more than one report")
             seen.add(key)
-            merged["cells"].append(cell)
+            merged["cells"].append({**dict.fromkeys(_V2_CELL_KEYS), **cell})
     return finalize(merged)

@@ -137,10 +137,11 @@ def _job(cell: dict[str, Any], selected: changes.SelectedClass, options: CheckOp
 
 
 def _apply_result(cell: dict[str, Any], result: dict[str, Any]) -> None:
-    for key in ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation"):
+    for key in ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame"):
         cell[key] = result.get(key)
     cell["timings"] = result.get("timings") or {}
     cell["workarounds"] = result.get("workarounds") or []
+    cell["disabled"] = result.get("disabled") or {}
     if result.get("tolerance") is not None:
         cell["tolerance"] = result["tolerance"]
 
@@ -206,12 +207,12 @@ def _start(checkout: Path | None, options: CheckOptions) -> WorkerProcess:
 
 
 def _classify_against_base(cell: dict[str, Any], base: dict[str, Any]) -> None:
+    # Only a model failure at base makes one at head pre-existing: a class not checked at base (not buildable there)
+    # or a tool error there proves nothing, so the head's failure stays new.
     base_failed = base.get("status") in report.FAILURE_STATUSES
     if cell["status"] in report.FAILURE_STATUSES:
-        # A class that cannot even be built at base did not exist there: its failure is new.
-        missing_at_base = base.get("stage") == "build" and cell.get("stage") != "build"
-        cell["regression"] = "pre-existing" if base_failed and not missing_at_base else "new"
-    elif cell["status"] == "pass" and base_failed and base.get("stage") != "build":
+        cell["regression"] = "pre-existing" if base_failed else "new"
+    elif cell["status"] == "pass" and base_failed:
         cell["regression"] = "fixed"
 
 
@@ -251,6 +252,10 @@ def run_check(
                 options.shard,
                 pr,
             )
+            if head_worker is not None:
+                # Which transformers the jobs imported: the checkout's, of any version, or the installed one.
+                repository["transformers_version"] = head_worker.ready.get("transformers_version")
+                repository["transformers_path"] = head_worker.ready.get("transformers_file")
             pairs = _cells(selection, options)
             echo(f"checking {len(pairs)} cell(s): {selection.reason}")
             done = 0

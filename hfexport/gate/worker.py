@@ -142,8 +142,10 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
     except MemoryError:
         cell = {"status": "oom", "stage": None, "error_type": "MemoryError", "error": "out of memory"}
     except BaseException as error:
+        # run_cell turns every failure of a cell into its result: reaching here means hfexport itself broke.
         traceback.print_exc()
-        cell = {"status": "error", "stage": "job", "error_type": type(error).__name__, "error": str(error)[:500]}
+        cell = {"status": "tool_error", "stage": "job", "error_type": type(error).__name__, "error": str(error)[:500]}
+        cell["frame"] = _innermost_frame(error)
         status = 1
     payload = json.dumps(cell, default=str).encode()
     view = memoryview(payload)
@@ -153,6 +155,14 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def _innermost_frame(error: BaseException) -> dict[str, Any] | None:
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    last = frames[-1]
+    return {"file": last.filename, "line": last.lineno, "function": last.name, "text": last.line, "workaround": None}
 
 
 def _root(options: argparse.Namespace) -> Path | None:

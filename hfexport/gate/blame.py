@@ -1,0 +1,117 @@
+"""Whose failure a cell's exception is, decided from its traceback's frames (never from the message text).
+
+- ``hfexport``: raised by hfexport's own code: the innermost frame outside the standard library is ours and the
+  error came from its own instruction (a raise, an import, an attribute or key lookup), not out of a C function it
+  called (a torch op). The gate reports it as ``tool_error``: the gate is broken there.
+- ``model``: the innermost frame that is hfexport's or transformers' is transformers code (the checkout's model).
+- ``toolchain``: torch, onnx or executorch raised while hfexport's exporter, runner or one of its workarounds drove
+  them (a lowering with no translation, a kernel the runtime lacks): the export fails for this model.
+
+``workaround`` names the workaround (``_patch_*``, ``_fix_*``, ``_aten_*``) that was running, if any: a thin wrapper
+such as a patched ``run_decompositions`` is on the stack of every failure inside it, so it is named, not blamed.
+
+``ExportFailure`` is hfexport's deliberate finding about an export (outputs differ, a shape it does not accept):
+raised by our code on purpose, so it is the model's result, not a tool error.
+"""
+
+from __future__ import annotations
+
+import dis
+import re
+import sys
+from dataclasses import dataclass
+from types import CodeType, TracebackType
+from typing import Literal
+
+from ..exporters.utils import ExportFailure
+
+_WORKAROUND = re.compile(r"_(patch|fix|aten)_\w+")
+
+Owner = Literal["hfexport", "model", "toolchain"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+    module: str
+    at_call: bool = False  # the frame was calling when the error came out of the callee
+
+    def as_dict(self) -> dict[str, str | int]:
+        return {"file": self.file, "line": self.line, "function": self.function}
+
+
+@dataclass(frozen=True)
+class Blame:
+    owner: Owner
+    frame: Frame | None  # the frame that decided (hfexport's or the model's), None when only libraries raised
+    workaround: str | None = None  # the workaround that was running, if any
+
+
+def _frames(tb: TracebackType | None) -> list[Frame]:
+    """Frames of one traceback, innermost first."""
+    frames = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        function = getattr(code, "co_qualname", code.co_name)
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        frames.append(Frame(code.co_filename, tb.tb_lineno, function, module, _is_call(code, tb.tb_lasti)))
+        tb = tb.tb_next
+    return frames[::-1]
+
+
+def _is_call(code: CodeType, offset: int) -> bool:
+    """Whether the instruction at ``offset`` is a call: then the error came out of a callee with no Python frame of
+    its own (a C function such as a torch op), not from this frame's own code (a raise, an import, an attribute)."""
+    if not 0 <= offset < len(code.co_code):
+        return False
+    return dis.opname[code.co_code[offset]].startswith(("CALL", "PRECALL"))
+
+
+def _is_stdlib(frame: Frame) -> bool:
+    # The standard library is part of the code that called it: a failing copy.deepcopy or json.dumps in hfexport's
+    # code is hfexport's failure.
+    return frame.module.split(".")[0] in sys.stdlib_module_names
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The exception and its causes, innermost cause first."""
+    chain, seen = [], set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return chain[::-1]
+
+
+def _is_ours(frame: Frame) -> bool:
+    return frame.module == "hfexport" or frame.module.startswith("hfexport.")
+
+
+def _is_model(frame: Frame) -> bool:
+    return frame.module == "transformers" or frame.module.startswith("transformers.")
+
+
+def _workaround(frame: Frame) -> str | None:
+    match = _WORKAROUND.fullmatch(frame.function.split(".")[0])
+    return match.group(0) if match else None
+
+
+def blame(error: BaseException) -> Blame:
+    """Decide whose failure ``error`` is (see the module docstring)."""
+    chain = _chain(error)
+    frames = [frame for exception in chain for frame in _frames(exception.__traceback__)]
+    raiser = next((frame for frame in frames if not _is_stdlib(frame)), None)
+    through_stdlib = bool(frames) and raiser is not frames[0]
+    raised_here = raiser is not None and (through_stdlib or not raiser.at_call)
+    if raised_here and _is_ours(raiser) and not isinstance(chain[0], ExportFailure):
+        return Blame("hfexport", raiser, _workaround(raiser))
+    running = next((name for frame in frames if _is_ours(frame) and (name := _workaround(frame))), None)
+    for frame in frames:
+        if _is_model(frame):
+            return Blame("model", frame, running)
+        if _is_ours(frame):
+            return Blame("toolchain", frame, running)
+    return Blame("toolchain", None)

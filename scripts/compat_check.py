@@ -1,0 +1,622 @@
+"""Compatibility matrix: the gate on released transformers versions, each unpacked from its wheel into a checkout.
+
+For each version, ``run`` downloads the wheel (``pip download --no-deps``, reused when already in ``--wheel-dir``),
+unpacks its ``transformers/`` package into ``src/transformers/`` of a fresh temporary git repository and commits it.
+``hfexport check`` then runs with that checkout as working directory: the gate finds the checkout from the cwd and its
+jobs import the release's code, not the installed transformers. Two runs per version:
+
+- ``representative``: ``hfexport check --models representative`` (the gate's built-in set);
+- ``change``: a comment appended to ``modeling_<TYPE>.py`` and committed, then ``hfexport check --base HEAD~1``,
+  which selects every class of that model type and runs failing cells again on the untouched release.
+
+Each run leaves ``RESULTS/<version>/<run>/`` with the gate's ``report.json`` (and ``report.md``, ``junit.xml``),
+``gate.log`` and ``compat.json`` (the command, its exit code, wall time and the package versions used). ``render``
+turns the reports into ``docs/compatibility.md``; it reads nothing else, so re-rendering gives the same document.
+``ci`` is the CI job: the release just before the pin of ``constraints.txt`` and the newest release, on the
+representative set with dynamo and onnx; it fails on tool errors or missing reports, not on model failures.
+
+    python scripts/compat_check.py run 5.22.0 5.23.0 5.24.0 --backends dynamo,onnx,executorch -j 2
+    python scripts/compat_check.py run 5.22.0 --backends dynamo --runs change --change-model bert
+    python scripts/compat_check.py render
+    python scripts/compat_check.py ci -j 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ("dynamo", "onnx", "executorch")
+RUNS = {"representative": "Representative set", "change": "One-model change"}
+DEFAULT_RESULTS = ROOT / "build" / "compat"
+DEFAULT_DOC = ROOT / "docs" / "compatibility.md"
+DEFAULT_WHEEL_DIR = Path(os.environ.get("HFEXPORT_WHEEL_DIR") or Path.home() / ".cache" / "hfexport" / "wheels")
+CI_BACKENDS = ("dynamo", "onnx")
+PACKAGES = ("torch", "onnx", "onnxscript", "onnxruntime", "executorch", "transformers", "hfexport")
+FAILED = frozenset({"fail", "crash", "timeout", "oom", "error"})
+OUTCOMES = ("passed", "failed", "tool error", "not checked", "skipped")
+COLUMN_TITLES = dict(zip(OUTCOMES, ("passed", "failed", "tool errors", "not checked", "skipped"), strict=True))
+TOUCH_LINE = "# compat_check: touched\n"
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "compat_check",
+    "GIT_AUTHOR_EMAIL": "compat_check@localhost",
+    "GIT_COMMITTER_NAME": "compat_check",
+    "GIT_COMMITTER_EMAIL": "compat_check@localhost",
+}
+
+Echo = Callable[[str], None]
+
+
+class UsageError(Exception):
+    """Bad input (a version the index does not have, a model type the release lacks): exit 2 with this line."""
+
+
+# ── Checkouts ──
+
+
+def _parse_version(version: str) -> Version:
+    try:
+        return Version(version)
+    except InvalidVersion:
+        raise UsageError(f"{version!r} is not a version number") from None
+
+
+def _find_wheel(version: str, wheel_dir: Path) -> Path | None:
+    wanted = _parse_version(version)
+    for path in sorted(wheel_dir.glob("transformers-*.whl")):
+        try:
+            if Version(path.name.split("-")[1]) == wanted:  # 5.22 and 5.22.0 name the same wheel
+                return path
+        except InvalidVersion:
+            continue
+    return None
+
+
+def wheel_for(version: str, wheel_dir: Path) -> Path:
+    """The wheel of transformers ``version`` in ``wheel_dir``, downloaded with pip when it is not there yet."""
+    found = _find_wheel(version, wheel_dir)
+    if found is not None:
+        return found
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet"]
+    result = subprocess.run(
+        [*command, f"transformers=={version}", "-d", str(wheel_dir)], capture_output=True, text=True
+    )
+    found = _find_wheel(version, wheel_dir)
+    if result.returncode or found is None:
+        lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
+        raise UsageError(f"transformers {version}: pip download failed: {lines[-1] if lines else 'no wheel'}")
+    return found
+
+
+def git(repo: Path, *args: str) -> str:
+    # A fixed identity and no signing: the temporary repository must commit on any machine's git config.
+    command = ["git", "-C", str(repo), "-c", "commit.gpgsign=false", *args]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **GIT_IDENTITY})
+    if result.returncode:
+        raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def make_checkout(version: str, dest: Path, wheel_dir: Path) -> Path:
+    """A git repository at ``dest`` holding the wheel's ``transformers/`` as ``src/transformers/``, committed once."""
+    wheel = wheel_for(version, wheel_dir)
+    if dest.exists() and any(dest.iterdir()):
+        raise UsageError(f"{dest} is not empty")
+    with zipfile.ZipFile(wheel) as archive:
+        members = [name for name in archive.namelist() if name.startswith("transformers/")]
+        archive.extractall(dest / "src", members)
+    # The jobs import the checkout, leaving bytecode behind; ignored, it never shows in a diff or a status.
+    (dest / ".gitignore").write_text("__pycache__/\n")
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", f"transformers {version}")
+    return dest
+
+
+def _modeling_file(model_type: str) -> str:
+    return f"src/transformers/models/{model_type}/modeling_{model_type}.py"
+
+
+def require_model(version: str, wheel: Path, model_type: str) -> None:
+    """Fail before any gate run when the release has no modeling file for ``model_type``."""
+    with zipfile.ZipFile(wheel) as archive:
+        if _modeling_file(model_type).removeprefix("src/") not in archive.namelist():
+            raise UsageError(f"transformers {version} has no {_modeling_file(model_type)}")
+
+
+def touch_model(checkout: Path, model_type: str) -> None:
+    """A harmless one-model change, committed: the gate's diff then selects every class of ``model_type``."""
+    with (checkout / _modeling_file(model_type)).open("a") as modeling:
+        modeling.write(TOUCH_LINE)
+    git(checkout, "commit", "-q", "-am", f"touch modeling_{model_type}.py")
+
+
+# ── Running the gate ──
+
+
+def package_versions() -> dict[str, str]:
+    """The installed versions (importlib.metadata) of what the gate runs on; the jobs' transformers is the checkout."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    versions["python"] = platform.python_version()
+    return versions
+
+
+def gate_args(run: str) -> list[str]:
+    """The gate's selection for a run kind (the change run's model type is in the committed diff)."""
+    return ["--models", "representative"] if run == "representative" else ["--base", "HEAD~1"]
+
+
+def imported_from_checkout(report: dict[str, Any]) -> bool | None:
+    """Whether the jobs imported the checkout's classes: the gate names a class's file relative to the checkout
+    (``src/transformers/...``) when it was loaded from there, and as ``transformers/...`` when from the installed
+    package. None when no cell names a file, or when the files were read from the diff rather than from the jobs.
+    """
+    if (report.get("selection") or {}).get("mode") != "models":
+        return None
+    files = [(cell.get("source") or {}).get("file") for cell in report.get("cells", [])]
+    files = [name for name in files if name]
+    return all(name.startswith("src/transformers/") for name in files) if files else None
+
+
+def _stream(command: list[str], cwd: Path, log: Path, echo: Echo) -> tuple[int, str]:
+    """Run ``command``, echoing and logging every line; return its exit code and its last non-empty line."""
+    last = ""
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
+        for line in process.stdout:
+            sink.write(line)
+            if line.strip():
+                last = line.strip()
+                echo(f"    {line.rstrip()}")
+    return process.wait(), last
+
+
+def run_step(
+    version: str, run: str, checkout: Path, options: argparse.Namespace, echo: Echo, clock: Callable[[], str]
+) -> dict[str, Any]:
+    """One gate run on ``checkout``; writes ``compat.json`` beside the gate's reports and returns it."""
+    report_dir = (options.results / version / run).resolve()
+    shutil.rmtree(report_dir, ignore_errors=True)  # a stale report.json must not pass for this run's
+    report_dir.mkdir(parents=True)
+    selection = gate_args(run)
+    tail = ["--backends", ",".join(options.backends), "-j", str(options.jobs), "--report-dir", str(report_dir)]
+    echo(f"[{clock()}] transformers {version} · {run}: hfexport check {' '.join(selection + tail[:-2])}")
+    started = time.monotonic()
+    command = [sys.executable, "-m", "hfexport.cli", "check", *selection, *tail]
+    exit_code, last = _stream(command, checkout, report_dir / "gate.log", echo)
+    meta = {
+        "version": version,
+        "run": run,
+        "command": ["hfexport", "check", *selection, *tail[:-2]],
+        "change_model": options.change_model if run == "change" else None,
+        "exit_code": exit_code,
+        "last_line": last,
+        "seconds": round(time.monotonic() - started, 1),
+        "packages": package_versions(),
+    }
+    (report_dir / "compat.json").write_text(json.dumps(meta, indent=1) + "\n")
+    echo(f"[{clock()}] transformers {version} · {run}: {_step_summary(report_dir, meta)}")
+    return meta
+
+
+def _step_summary(report_dir: Path, meta: dict[str, Any]) -> str:
+    took = f"exit {meta['exit_code']} in {meta['seconds']:.1f} s"
+    path = report_dir / "report.json"
+    if not path.exists():
+        return f"{took}, no report: {meta['last_line']}"
+    report = json.loads(path.read_text())
+    counts = Counter(outcome(cell) for cell in report["cells"])
+    where = {True: "checkout's code", False: "INSTALLED transformers, not the checkout", None: "code origin not shown"}
+    text = ", ".join(f"{counts[kind]} {kind}" for kind in OUTCOMES if counts[kind])
+    return f"{took}: {text or 'no cells'} ({where[imported_from_checkout(report)]})"
+
+
+def run_matrix(options: argparse.Namespace, echo: Echo = print) -> list[dict[str, Any]]:
+    """Every run of every version; input is checked (wheels fetched, model type found) before any gate run."""
+    started = time.monotonic()
+
+    def clock() -> str:
+        return f"{time.monotonic() - started:7.1f} s"
+
+    wheels = {}
+    for version in options.versions:
+        wheels[version] = wheel_for(version, options.wheel_dir)
+        echo(f"[{clock()}] transformers {version}: wheel {wheels[version]}")
+        if "change" in options.runs:
+            require_model(version, wheels[version], options.change_model)
+    steps = []
+    for version in options.versions:
+        scratch = Path(tempfile.mkdtemp(prefix=f"compat-{version}-")).resolve()
+        try:
+            checkout = make_checkout(version, scratch, options.wheel_dir)
+            echo(f"[{clock()}] transformers {version}: checkout {checkout} ({git(checkout, 'rev-parse', 'HEAD')[:12]})")
+            for run in options.runs:
+                if run == "change":
+                    touch_model(checkout, options.change_model)
+                steps.append(run_step(version, run, checkout, options, echo, clock))
+        finally:
+            if not options.keep:
+                shutil.rmtree(scratch, ignore_errors=True)
+    echo(f"[{clock()}] done: {len(steps)} gate runs; results in {options.results}")
+    return steps
+
+
+# ── CI: one release older and one newer than the pin ──
+
+
+def pinned_version(constraints: Path = ROOT / "constraints.txt") -> str:
+    match = re.search(r"^transformers==(\S+)", constraints.read_text(), re.MULTILINE)
+    if match is None:
+        raise UsageError(f"{constraints} pins no transformers version")
+    return match.group(1)
+
+
+def released_versions() -> list[str]:
+    """Every transformers version on the package index (``pip index versions``: one request)."""
+    command = [sys.executable, "-m", "pip", "index", "versions", "transformers"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    match = re.search(r"Available versions: (.+)", result.stdout)
+    if result.returncode or match is None:
+        raise UsageError(f"pip index versions transformers failed: {result.stderr.strip().splitlines()[-1:]}")
+    return [v.strip() for v in match.group(1).split(",")]
+
+
+def neighbours(pin: str, available: list[str]) -> list[str]:
+    """The release just before the pin (what users still run) and the newest release (what they move to next)."""
+    releases = sorted({Version(v) for v in available if not Version(v).is_prerelease})
+    older = [v for v in releases if v < Version(pin)]
+    newer = [v for v in releases if v > Version(pin)]
+    return [str(v) for v in (older[-1:] + newer[-1:])]
+
+
+def ci_problems(results: Path, steps: list[dict[str, Any]]) -> list[str]:
+    """What makes the CI job fail: a gate run without a report, a tool error, or the installed code exported."""
+    problems = []
+    for meta in steps:
+        where = f"transformers {meta['version']} · {meta['run']}"
+        path = results / meta["version"] / meta["run"] / "report.json"
+        if not path.exists():
+            problems.append(f"{where}: no report (exit {meta['exit_code']}: {meta['last_line']})")
+            continue
+        report = json.loads(path.read_text())
+        tool_errors = [c["model_class"] for c in report["cells"] if outcome(c) == "tool error"]
+        if tool_errors:
+            problems.append(f"{where}: tool errors in {', '.join(sorted(set(tool_errors)))}")
+        if imported_from_checkout(report) is False:
+            problems.append(f"{where}: the jobs exported the installed transformers, not the checkout")
+    return problems
+
+
+# ── Rendering ──
+
+
+def outcome(cell: dict[str, Any]) -> str:
+    """passed, failed, tool error, not checked or skipped. Tool errors and unbuildable classes are told apart
+    whether the gate marks them by status (schema 2) or by a field; an unknown status counts as failed, not passed.
+    """
+    status = cell.get("status")
+    if status == "not_checked" or cell.get("not_checked"):
+        return "not checked"
+    if status == "tool_error" or cell.get("tool_error"):
+        return "tool error"
+    if status == "pass":
+        return "passed"
+    return "skipped" if status == "skipped" else "failed"
+
+
+def load_results(results: Path) -> list[dict[str, Any]]:
+    """One entry per ``RESULTS/<version>/<run>/``, oldest version first: version, run, report and compat.json."""
+    entries = []
+    versions = [d for d in results.iterdir() if d.is_dir() and _is_version(d.name)] if results.is_dir() else []
+    for version_dir in sorted(versions, key=lambda d: Version(d.name)):
+        for run in RUNS:
+            report, meta = (_read_json(version_dir / run / name) for name in ("report.json", "compat.json"))
+            if report is not None or meta is not None:
+                entries.append({"version": version_dir.name, "run": run, "report": report, "meta": meta or {}})
+    return entries
+
+
+def _is_version(name: str) -> bool:
+    try:
+        Version(name)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _cells(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    return (entry["report"] or {}).get("cells", [])
+
+
+def _cell_text(text: str, limit: int = 160) -> str:
+    text = " ".join(text.replace("|", "/").replace("`", "'").split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_error_line(cell: dict[str, Any]) -> str:
+    lines = [line for line in (cell.get("error") or "").splitlines() if line.strip()]
+    error = f"{cell.get('error_type') or ''}: {lines[0] if lines else ''}".strip(": ")
+    frame = cell.get("frame") if isinstance(cell.get("frame"), dict) else {}
+    # A tool error names the line of hfexport that broke: where a maintainer starts.
+    where = f" at {frame['file']}:{frame.get('line')}" if frame.get("file") else ""
+    return f"`{_cell_text(error)}`{where}" if error else "—"
+
+
+def _counts_table(entries: list[dict[str, Any]], run: str) -> list[str]:
+    rows = [e for e in entries if e["run"] == run]
+    skipped = any(outcome(c) == "skipped" for e in rows for c in _cells(e))
+    columns = [k for k in OUTCOMES if k != "skipped" or skipped]
+    new = run == "change"  # only a range has a base to tell new failures from pre-existing ones
+    header = ["transformers", "backend", *(COLUMN_TITLES[k] for k in columns), *(["new failures"] * new)]
+    header += ["gate exit", "gate s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for entry in rows:
+        lines += _count_rows(entry, columns, new)
+    return lines
+
+
+def _count_rows(entry: dict[str, Any], columns: list[str], new: bool) -> list[str]:
+    meta, report = entry["meta"], entry["report"]
+    tail = [str(meta.get("exit_code", "—")), f"{meta['seconds']:.0f}" if "seconds" in meta else "—"]
+    if report is None:
+        reason = f"no report: {_cell_text(meta.get('last_line', ''), 100)}"
+        return ["| " + " | ".join([entry["version"], reason, *["—"] * (len(columns) + new), *tail]) + " |"]
+    rows = []
+    for backend in report.get("backends", []):
+        cells = [c for c in report["cells"] if c["backend"] == backend]
+        counts = Counter(outcome(c) for c in cells)
+        values = [str(counts[k]) for k in columns]
+        if new:
+            values.append(str(sum(outcome(c) == "failed" and c.get("regression") == "new" for c in cells)))
+        rows.append("| " + " | ".join([entry["version"], backend, *values, *tail]) + " |")
+    return rows
+
+
+def _status(cell: dict[str, Any], run: str) -> str:
+    kind, status = outcome(cell), str(cell.get("status"))
+    if kind in ("failed", "skipped") or status.replace("_", " ") == kind:
+        shown = status.replace("_", " ")
+    else:  # marked by a field rather than by its status: show both
+        shown = f"{kind} ({status})"
+    regression = cell.get("regression")
+    return f"{shown}, {regression}" if run == "change" and regression in ("new", "pre-existing") else shown
+
+
+def _problem_rows(entries: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| transformers | run | class | backend | status | stage | first error line |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for entry in entries:
+        for cell in _cells(entry):
+            if outcome(cell) == "passed":
+                continue
+            skipped = outcome(cell) == "skipped"
+            detail = _cell_text(cell.get("skip_reason") or "") if skipped else _first_error_line(cell)
+            lines.append(
+                f"| {entry['version']} | {entry['run']} | {cell['model_class']} | {cell['backend']} "
+                f"| {_status(cell, entry['run'])} | {_cell_text(cell.get('stage') or '—', 60)} | {detail} |"
+            )
+    return lines if len(lines) > 2 else ["None: every cell passed."]
+
+
+def _change_types(entries: list[dict[str, Any]]) -> list[str]:
+    types = set()
+    for entry in entries:
+        if entry["run"] == "change":
+            selection = (entry["report"] or {}).get("selection") or {}
+            types.update(selection.get("model_types") or [entry["meta"].get("change_model") or "llama"])
+    return sorted(types)
+
+
+def rerun_command(entries: list[dict[str, Any]]) -> str:
+    """The ``run`` command that reproduces these results, from what the reports say they ran."""
+    versions = list(dict.fromkeys(e["version"] for e in entries))
+    used = {b for e in entries for b in ((e["report"] or {}).get("backends") or [])}
+    backends = [b for b in BACKENDS if b in used] or list(BACKENDS)
+    runs = list(dict.fromkeys(e["run"] for e in entries))
+    parts = ["python scripts/compat_check.py run", *versions, "--backends", ",".join(backends)]
+    if runs != list(RUNS):
+        parts += ["--runs", ",".join(runs)]
+    if _change_types(entries) not in ([], ["llama"]):
+        parts += ["--change-model", ",".join(_change_types(entries))]
+    return " ".join([*parts, "-j", "2"]) + "\npython scripts/compat_check.py render"
+
+
+def _environment(entries: list[dict[str, Any]]) -> list[str]:
+    """The package versions the runs recorded (every value, when runs differ); the installed ones otherwise."""
+    seen: dict[str, list[str]] = {}
+    recorded = [e["meta"]["packages"] for e in entries if e["meta"].get("packages")]
+    for packages in recorded or [package_versions()]:
+        for name, version in packages.items():
+            if version not in seen.setdefault(name, []):
+                seen[name].append(version)
+    installed = seen.pop("transformers", None)
+    source = "recorded by the runs" if recorded else "when rendering: the runs recorded none"
+    lines = [f"Versions (`importlib.metadata`, {source}): "]
+    lines[0] += ", ".join(f"{name} {' / '.join(versions)}" for name, versions in seen.items()) + "."
+    if installed:
+        lines.append(f"The installed transformers ({' / '.join(installed)}) is not the one the jobs export.")
+    return lines
+
+
+def _origin_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """What the representative reports show of where the jobs imported the models from."""
+    origins = [(e["version"], imported_from_checkout(e["report"])) for e in entries if e["report"]]
+    installed = sorted({version for version, origin in origins if origin is False}, key=Version)
+    if installed:
+        return [f"**Warning**: for {', '.join(installed)} the jobs exported the installed transformers.", ""]
+    if any(origin for _, origin in origins):
+        return [
+            "In every representative report each class's source file is the checkout's (`src/transformers/...`):",
+            "the jobs imported the release's code.",
+            "",
+        ]
+    return []
+
+
+def render_text(entries: list[dict[str, Any]]) -> str:
+    """The document: a pure function of the results' reports and compat.json files."""
+    dates = sorted(e["report"]["created_at"] for e in entries if e["report"] and e["report"].get("created_at"))
+    representative = sorted({c["model_class"] for e in entries if e["run"] == "representative" for c in _cells(e)})
+    changed = "/".join(f"modeling_{t}.py" for t in _change_types(entries) or ["llama"])
+    lines = [
+        "# Compatibility with transformers releases",
+        "",
+        "Generated by `scripts/compat_check.py` from the gate's reports (do not edit by hand). For each release, the",
+        "`transformers/` package of its wheel is unpacked into `src/transformers/` of a fresh git repository, and",
+        "`hfexport check` runs with that checkout as working directory, so that the jobs export the release's",
+        "modeling code.",
+        "",
+        "- **Representative set**: `hfexport check --models representative`"
+        + (f" ({', '.join(representative)})." if representative else "."),
+        f"- **One-model change**: a comment appended to `{changed}` and committed, then `hfexport check --base",
+        "  HEAD~1`: every class of that model type; a failing cell runs again on the untouched release and is",
+        "  pre-existing when it fails there too (only new failures would fail a pull request).",
+        "",
+        "Failed: status fail, crash, timeout, oom or error. Tool errors are failures inside hfexport's own code, not",
+        "checked are classes the tiny-model builder cannot make: neither is a result of the model.",
+        "",
+        f"Results of {dates[-1] if dates else 'no run'}. " + " ".join(_environment(entries)),
+        "",
+        *_origin_lines(entries),
+        "CI runs `python scripts/compat_check.py ci`: the release just before the pin of `constraints.txt` and the",
+        "newest release, representative set on dynamo and onnx; it fails on tool errors and missing reports.",
+        "",
+        "Rerun:",
+        "",
+        "```bash",
+        rerun_command(entries),
+        "```",
+        "",
+    ]
+    for run, title in RUNS.items():
+        if any(e["run"] == run for e in entries):
+            lines += [f"## {title}", "", *_counts_table(entries, run), ""]
+    lines += ["## Cells that did not pass", "", *_problem_rows(entries), ""]
+    return "\n".join(lines)
+
+
+def render(results: Path, output: Path) -> str:
+    """Write the document from the results under ``results``; return its text."""
+    entries = load_results(results)
+    if not entries:
+        raise UsageError(f"no results under {results}: run `compat_check.py run VERSION...` first")
+    text = render_text(entries)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    return text
+
+
+# ── Command line ──
+
+
+def _csv(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(value: str) -> list[str]:
+        names = list(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+        unknown = [name for name in names if name not in choices]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}")
+        return names
+
+    return parse
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the gate on each version's checkout, then re-render the document")
+    run.add_argument("versions", nargs="+", metavar="VERSION")
+    run.add_argument("--backends", type=_csv(BACKENDS), default=list(BACKENDS), help="comma-separated")
+    run.add_argument("--runs", type=_csv(tuple(RUNS)), default=list(RUNS), help="representative, change or both")
+    run.add_argument("--change-model", default="llama", metavar="TYPE", help="model type the change run touches")
+    ci = commands.add_parser("ci", help="the release before the pin and the newest one, representative set only")
+    ci.add_argument("--versions", type=lambda v: v.split(","), help="comma-separated, instead of the pin's neighbours")
+    render_cmd = commands.add_parser("render", help="write the document from the results")
+    for command in (run, ci):
+        command.add_argument("-j", "--jobs", type=_positive, default=2, help="jobs in parallel per gate run")
+        command.add_argument("--wheel-dir", type=Path, default=DEFAULT_WHEEL_DIR)
+        command.add_argument("--keep", action="store_true", help="keep the temporary checkouts")
+    for command in (run, ci, render_cmd):
+        command.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+        command.add_argument("--output", type=Path, help=f"default: {DEFAULT_DOC} ({{results}}/compatibility.md: ci)")
+    return parser
+
+
+def _ci(args: argparse.Namespace) -> int:
+    pin = pinned_version()
+    args.versions = args.versions or neighbours(pin, released_versions())
+    args.backends, args.runs, args.change_model = list(CI_BACKENDS), ["representative"], "llama"
+    print(f"transformers pinned at {pin}; checking {', '.join(args.versions)} on {', '.join(CI_BACKENDS)}")
+    steps = run_matrix(args)
+    render(args.results, args.output or args.results / "compatibility.md")
+    problems = ci_problems(args.results, steps)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    steps: list[dict[str, Any]] = []
+    try:
+        if args.command == "ci":
+            return _ci(args)
+        if args.command == "run":
+            args.versions = list(dict.fromkeys(args.versions))
+            steps = run_matrix(args)
+        render(args.results, args.output or DEFAULT_DOC)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output or DEFAULT_DOC}")
+    # 1 when a gate run wrote no report (the gate itself failed); model failures are results, not errors.
+    missing = _missing_reports(args.results, steps)
+    for name in missing:
+        print(f"error: {name}: the gate wrote no report (see its gate.log)", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def _missing_reports(results: Path, steps: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{s['version']}/{s['run']}" for s in steps if not (results / s["version"] / s["run"] / "report.json").exists()
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

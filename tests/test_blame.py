@@ -1,0 +1,93 @@
+"""Whose failure a cell is, decided from real exceptions' traceback frames: one test per kind of owner and status."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from hfexport import compat
+from hfexport.exporters import AutoExportConfig, AutoHfExporter
+from hfexport.exporters.exporter_dynamo import _patch_rotary_frequencies_as_cos_sin, _patch_sdpa_math_kernel_on_cpu
+from hfexport.gate import checks
+from hfexport.gate.blame import blame
+
+
+def _raised(function, *args) -> BaseException:
+    with pytest.raises(Exception) as info:
+        function(*args)
+    return info.value
+
+
+def test_an_error_raised_by_hfexport_code_is_a_tool_error() -> None:
+    error = _raised(compat.resolve, "transformers.cache_utils.NoSuchLayer")
+    found = blame(error)
+    assert (found.owner, found.workaround) == ("hfexport", None)
+    assert found.frame.file.endswith("hfexport/compat.py")
+
+
+def test_an_error_in_transformers_code_is_the_model() -> None:
+    import transformers
+
+    error = _raised(transformers.AutoConfig.for_model, "no_such_model_type")
+    found = blame(error)
+    assert found.owner == "model"
+    assert "/transformers/" in found.frame.file and found.frame.module.startswith("transformers.")
+
+
+def test_an_error_raised_by_a_workaround_is_a_tool_error_naming_it() -> None:
+    # The rotary patch's forward reads self.inv_freq: a module without it breaks inside hfexport's replacement.
+    forward = _patch_rotary_frequencies_as_cos_sin(None)
+    module = types.SimpleNamespace(rope_type="default", config=None)
+    error = _raised(forward, module, torch.ones(1, 2, 4), torch.arange(2)[None])
+    found = blame(error)
+    assert (found.owner, found.workaround) == ("hfexport", "_patch_rotary_frequencies_as_cos_sin")
+
+
+def test_torch_raising_under_a_thin_workaround_is_the_export_naming_the_workaround() -> None:
+    # The SDPA patch passes through to torch's op: torch's shape error is the export's failure, not hfexport's.
+    sdpa = _patch_sdpa_math_kernel_on_cpu(torch.nn.functional.scaled_dot_product_attention)
+    error = _raised(sdpa, torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 5), torch.ones(1, 2, 3, 4))
+    found = blame(error)
+    assert (found.owner, found.workaround) == ("toolchain", "_patch_sdpa_math_kernel_on_cpu")
+
+
+class _BranchOnValue(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.sum() > 0 else x
+
+
+def test_a_toolchain_error_while_hfexport_drives_it_is_the_export() -> None:
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    error = _raised(exporter.export_program, _BranchOnValue(), {"x": torch.ones(2, 3)}, config)
+    assert blame(error).owner == "toolchain"
+
+
+def _cell_failure(stage: str, function, *args, building: bool = False) -> checks.CellFailure:
+    with pytest.raises(checks.CellFailure) as info, checks.step(stage, {}, "key", building=building):
+        function(*args)
+    return info.value
+
+
+def test_statuses_follow_the_owner_and_the_step() -> None:
+    import transformers
+
+    assert _cell_failure("build", compat.resolve, "transformers.nope.X", building=True).status == "tool_error"
+    model_error = _cell_failure("build", transformers.AutoConfig.for_model, "no_such_type", building=True)
+    assert model_error.status == "not_checked"
+    assert _cell_failure("onnx · export", transformers.AutoConfig.for_model, "no_such_type").status == "fail"
+
+    def mismatch() -> None:
+        raise checks.OutputMismatch("logits: max abs diff 1 > 0.0001")
+
+    # hfexport's own finding about an export is the model's result, not a tool error.
+    assert _cell_failure("compare", mismatch).status == "fail"
+
+
+def test_a_tool_error_cell_records_the_hfexport_frame() -> None:
+    failure = _cell_failure("build", compat.resolve, "transformers.nope.X", building=True)
+    record = checks.frame_record(failure.frame, None, failure.workaround)
+    assert record["file"] == "hfexport/compat.py"
+    assert record["function"] == "resolve_path" and record["text"].startswith("raise UnresolvedPathError")
