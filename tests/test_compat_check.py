@@ -186,3 +186,16 @@ def test_run_end_to_end(tmp_path: Path) -> None:
     text = doc.read_text()
     assert "## Representative set" in text and "## One-model change" in text
     assert f"| {VERSION} | dynamo | " in text
+
+
+def test_ci_releases_around_the_pin_have_no_tool_errors(tmp_path: Path) -> None:
+    """CI's drift guard: the release before the pin and the newest one, representative set on dynamo and onnx."""
+    compat = _script()
+    argv = ["ci", "-j", "2", "--results", str(tmp_path), "--wheel-dir", str(compat.DEFAULT_WHEEL_DIR)]
+    assert compat.main(argv) == 0
+    versions = sorted(path.name for path in tmp_path.iterdir() if path.is_dir())
+    assert len(versions) == 2
+    for version in versions:
+        data = json.loads((tmp_path / version / "representative" / "report.json").read_text())
+        assert data["repository"]["transformers_version"] == version
+        assert {c["status"] for c in data["cells"]} <= {"pass", "fail"}, data["cells"]
