@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
-FORMATS = ("dynamo", "onnx", "executorch")
+from .gate.cells import BACKENDS, parse_shard
+
+FORMATS = BACKENDS
 
 
 class UsageFailure(click.UsageError):
@@ -106,7 +108,7 @@ def export(
     help="Transformers checkout to check against (default: the one around the current directory, else the installed).",
 )
 def registry(backend: str | None, check: bool, checkout: Path | None) -> None:
-    """List every registered workaround: backend, stage, kind, name, targets and why it exists.
+    """List every registered workaround: key (backend or delegate), stage, kind, name, targets and why.
 
     With --check, also resolve every patch target and every non-public transformers name hfexport uses (the
     compatibility layer) in the transformers that `hfexport check` would export from here.
@@ -115,15 +117,15 @@ def registry(backend: str | None, check: bool, checkout: Path | None) -> None:
     from .gate.worker import install_checkout
 
     install_checkout(checkout or find_checkout(Path.cwd()))
-    from .exporters.auto import import_backend_modules
-    from .exporters.utils import all_workarounds
+    from .exporters.backends import import_backend_modules
+    from .exporters.registry import all_workarounds
 
     for skipped in import_backend_modules(backend):
         click.echo(f"note: {skipped}", err=True)
-    rows = sorted(all_workarounds(backend), key=lambda w: (w.backend, w.stage, w.name))
+    rows = sorted(all_workarounds(backend), key=lambda w: (w.backend, w.stage, w.key, w.name))
     for w in rows:
         targets = ", ".join(w.targets) or "-"
-        click.echo(f"{w.backend:<10} {w.stage:<22} {w.kind:<16} {w.name}\n    targets: {targets}\n    why: {w.reason}")
+        click.echo(f"{w.key:<18} {w.stage:<22} {w.kind:<16} {w.name}\n    targets: {targets}\n    why: {w.reason}")
     click.echo(f"{len(rows)} workaround(s)")
     if check:
         _check_registry(backend)
@@ -133,16 +135,16 @@ def _check_registry(backend: str | None) -> None:
     import transformers
 
     from . import compat
-    from .exporters.utils import unresolved_targets
+    from .exporters.registry import unresolved_targets
 
     click.echo(f"checking against transformers {transformers.__version__} at {Path(transformers.__file__).parent}")
     problems = 0
     for workaround, reason, model_absent in unresolved_targets(backend):
         if model_absent:
-            click.echo(f"absent model {workaround.backend} {workaround.name}: {reason} (not needed here)")
+            click.echo(f"absent model {workaround.key} {workaround.name}: {reason} (not needed here)")
         else:
             problems += 1
-            click.echo(f"UNRESOLVED {workaround.backend} {workaround.name}: {reason}", err=True)
+            click.echo(f"UNRESOLVED {workaround.key} {workaround.name}: {reason}", err=True)
     for internal, reason in compat.unresolved():
         problems += 1
         click.echo(f"MISSING transformers internal {internal.path}: off here: {internal.feature} ({reason})", err=True)
@@ -186,7 +188,8 @@ def comment(
     """
     import os
 
-    from .github.comment import CommentError, load_report, post_report, resolve_target
+    from .gate.report import ReportError, load_report
+    from .github.comment import CommentError, post_report, resolve_target
 
     try:
         target = resolve_target(
@@ -206,7 +209,7 @@ def comment(
             backoff=backoff,
             request_interval=request_interval,
         )
-    except CommentError as error:
+    except (CommentError, ReportError) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(2)
     click.echo(f"{outcome.message}: {outcome.url}" if outcome.url else outcome.message)
@@ -218,10 +221,11 @@ def _fail(message: str) -> None:
 
 
 def _shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, int]:
-    index, _, count = value.partition("/")
-    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
-        _fail(f"--shard: expected K/N with 1 <= K <= N, got {value!r}")
-    return int(index), int(count)
+    try:
+        return parse_shard(value)
+    except ValueError as error:
+        _fail(f"--shard: {error}")
+        raise
 
 
 def _backends(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
@@ -281,7 +285,8 @@ def check(
     import os
 
     from .gate import report as gate_report
-    from .gate.run import CheckOptions, GateError, pr_context, run_check, target_for
+    from .gate.run import CheckOptions, GateError, run_check, target_for
+    from .github.event import pr_context
 
     names = [name.strip() for name in (models or "").split(",") if name.strip()]
     if sum(map(bool, (files, names, select_all))) > 1:
@@ -310,7 +315,7 @@ def merge(reports: tuple[Path, ...], report_dir: Path) -> None:
     from .gate import report as gate_report
 
     try:
-        loaded = [gate_report.load_report(p / "report.json" if p.is_dir() else p) for p in reports]
+        loaded = [gate_report.load_report(path) for path in reports]
         merged = gate_report.merge_reports(loaded)
     except (ValueError, OSError) as error:
         _fail(str(error))

@@ -42,8 +42,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from hfexport.gate.cells import BACKENDS
+
 ROOT = Path(__file__).resolve().parent.parent
-BACKENDS = ("dynamo", "onnx", "executorch")
 RUNS = {"representative": "Representative set", "change": "One-model change"}
 DEFAULT_RESULTS = ROOT / "build" / "compat"
 DEFAULT_DOC = ROOT / "docs" / "compatibility.md"

@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hfexport.gate import changes, report  # noqa: E402
-from hfexport.gate.run import CheckOptions, GateError, Target, run_check, shard_of  # noqa: E402
+from hfexport.gate.cells import BACKENDS, parse_shard, shard_of  # noqa: E402
+from hfexport.gate.run import CheckOptions, GateError, Target, run_check  # noqa: E402
 
 ENGINES = ("hfexport", "transformers")
-BACKENDS = ("dynamo", "onnx", "executorch")
 DEFAULT_RESULTS = ROOT / "build" / "coverage"
 DEFAULT_DOC = ROOT / "docs" / "coverage.md"
 DEFAULT_STORE = ROOT / "docs" / "coverage.json"
@@ -520,10 +520,10 @@ def _backend_section(cells: dict[Key, dict[str, Any]], backend: str) -> list[str
 
 
 def _shard(value: str) -> tuple[int, int]:
-    index, _, count = value.partition("/")
-    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
-        raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N, got {value!r}")
-    return int(index), int(count)
+    try:
+        return parse_shard(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _csv(choices: tuple[str, ...]) -> Any:

@@ -18,11 +18,11 @@ from hfexport.exporters import (
     AutoHfExporter,
     ExportedModel,
     ExportStageError,
-    exporter_dynamo,
     exporter_executorch,  # noqa: F401  (registers the ExecuTorch workarounds taken out below)
     exporter_onnx,
+    registry,
 )
-from hfexport.exporters import utils as export_utils
+from hfexport.exporters import pytree as export_pytree
 from hfexport.gate.skips import EXPORT_SKIPS
 from hfexport.tiny_models import sample_inputs, tiny_model
 
@@ -39,18 +39,18 @@ def _max_diff(actual, expected) -> float:
     return max(float((a - e).abs().max()) for a, e in pairs)
 
 
-def _without(monkeypatch: pytest.MonkeyPatch, registry: dict, backend: str, name: str) -> None:
-    """Take the workaround ``name`` out of ``registry[backend]`` for the rest of the test."""
-    kept = [w for w in registry[backend] if w.name != name]
-    assert len(kept) == len(registry[backend]) - 1, name
-    monkeypatch.setitem(registry, backend, kept)
+def _without(monkeypatch: pytest.MonkeyPatch, key: str, name: str) -> None:
+    """Take the workaround ``name`` out of the registry's ``key`` for the rest of the test."""
+    kept = [w for w in registry._REGISTRY[key] if w.name != name]
+    assert len(kept) == len(registry._REGISTRY[key]) - 1, name
+    monkeypatch.setitem(registry._REGISTRY, key, kept)
 
 
 def test_linear_attention_cache_layers_are_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("BailingHybridForCausalLM")
     inputs = sample_inputs(model)
     with monkeypatch.context() as patched:
-        patched.setattr(exporter_dynamo, "_is_walkable_object", lambda v: isinstance(v, (Cache, CacheLayerMixin)))
+        patched.setattr(export_pytree, "_is_walkable_object", lambda v: isinstance(v, (Cache, CacheLayerMixin)))
         with pytest.raises(ExportStageError, match="cannot flatten LinearAttentionLayer"):
             _export(model, inputs, "dynamo")
     exported = _export(model, inputs, "dynamo")
@@ -71,12 +71,12 @@ def test_t5gemma2_cache_class_and_mask_indexing(tmp_path, monkeypatch: pytest.Mo
     leaves: list[torch.Tensor] = []
     with torch.no_grad():
         expected = model(**inputs)
-    context = exporter_dynamo._flatten_to_context(expected.past_key_values, leaves)
+    context = export_pytree._flatten_to_context(expected.past_key_values, leaves)
     assert json.loads(json.dumps(context))["attributes"]["cross_attention_cache"]["attributes"][
         "layer_class_to_replicate"
     ] == {"class": "transformers.cache_utils.DynamicLayer"}
     with monkeypatch.context() as patched:
-        _without(patched, export_utils._PATCHES, "dynamo", "_patch_mask_indexing_as_getitem")
+        _without(patched, "dynamo", "_patch_mask_indexing_as_getitem")
         with pytest.raises(Exception, match="Unsupported getattr attribute"):
             _export(model, inputs, "dynamo").save_pretrained(tmp_path / "without")
     directory = _export(model, inputs, "dynamo").save_pretrained(tmp_path / "t5gemma2")
@@ -86,13 +86,12 @@ def test_t5gemma2_cache_class_and_mask_indexing(tmp_path, monkeypatch: pytest.Mo
     assert _max_diff(outputs, expected) < 1e-4
 
 
-# (model class, backend exported to, registry, its backend key, workarounds taken out, error without them)
+# (model class, backend exported to, registry key of the workarounds taken out, their names, error without them)
 NEEDED = [
     # Plain indexing in mask functions is only valid without vmap: the indexing patch goes with the expansion.
     (
         "UnlimitedOcrModel",
         "onnx",
-        export_utils._PATCHES,
         "dynamo",
         ("_patch_mask_expansion_by_broadcast", "_patch_mask_indexing_as_getitem"),
         "vmapped",
@@ -100,7 +99,6 @@ NEEDED = [
     (
         "Sam3Model",
         "dynamo",
-        export_utils._PATCHES,
         "dynamo",
         ("_patch_sdpa_math_kernel_on_cpu",),
         "data-dependent expression",
@@ -108,42 +106,37 @@ NEEDED = [
     (
         "ProphetNetForCausalLM",
         "onnx",
-        export_utils._NODE_FIXES,
         "onnx",
         ("_fix_rsub_of_integer_tensor",),
         r"compatible OpOverload for aten\.sub",
     ),
-    ("ParakeetForTDT", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_squeeze_of_non_unit_dim",), "Squeeze"),
-    ("Sam3Model", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_contiguous_as_clone",), "Cannot view a tensor"),
-    ("JetMoeForCausalLM", "onnx", export_utils._NODE_FIXES, "onnx", ("_fix_view_of_transpose",), "Cannot view"),
+    ("ParakeetForTDT", "onnx", "onnx", ("_fix_squeeze_of_non_unit_dim",), "Squeeze"),
+    ("Sam3Model", "onnx", "onnx", ("_fix_contiguous_as_clone",), "Cannot view a tensor"),
+    ("JetMoeForCausalLM", "onnx", "onnx", ("_fix_view_of_transpose",), "Cannot view"),
     (
         "ParakeetForCTC",
         "executorch",
-        export_utils._PATCHES,
-        "executorch",
+        "executorch.xnnpack",
         ("_patch_batch_norm_1d_one_dynamic_dim",),
         "XNNPACK reshape only supports 1 dynamic dimension",
     ),
     (
         "DeepseekV2ForCausalLM",
         "onnx",
-        export_utils._PATCHES,
-        "dynamo",
+        "onnx",
         ("_patch_rotary_frequencies_as_cos_sin", "_patch_rotary_product_as_real"),
         "stage 4 ONNX translations",
     ),
     (
         "Llama4ForCausalLM",
         "onnx",
-        export_utils._PATCHES,
-        "dynamo",
+        "onnx",
         ("_patch_rotary_frequencies_as_cos_sin", "_patch_llama4_rotary_product_as_real"),
         "stage 4 ONNX translations",
     ),
     (
         "LongcatFlashForCausalLM",
         "dynamo",
-        export_utils._PATCHES,
         "dynamo",
         ("_patch_longcat_experts_dense",),
         "Could not guard on data-dependent expression",
@@ -151,7 +144,6 @@ NEEDED = [
     (
         "DbrxForCausalLM",
         "dynamo",
-        export_utils._PATCHES,
         "dynamo",
         ("_patch_dbrx_experts_dense",),
         "Could not guard on data-dependent expression",
@@ -159,7 +151,6 @@ NEEDED = [
     (
         "OpenAIPrivacyFilterModel",
         "dynamo",
-        export_utils._PATCHES,
         "dynamo",
         ("_patch_eager_experts_as_batched_mm",),
         "Could not guard on data-dependent expression",
@@ -167,7 +158,6 @@ NEEDED = [
     (
         "MimiEncoderModel",
         "dynamo",
-        export_utils._PATCHES,
         "dynamo",
         ("_patch_conv1d_padding_from_sizes",),
         "Could not guard on data-dependent expression",
@@ -175,24 +165,22 @@ NEEDED = [
     (
         "EncodecModel",
         "dynamo",
-        export_utils._PATCHES,
         "dynamo",
         ("_patch_conv1d_padding_from_sizes",),
         "Could not guard on data-dependent expression",
     ),
     # The translation fails on prims.erf_inv (the first line of the error names the stage only).
-    ("Gemma3nForCausalLM", "onnx", export_utils._PATCHES, "dynamo", ("_patch_gaussian_cutoff_as_constant",), "stage 4"),
+    ("Gemma3nForCausalLM", "onnx", "onnx", ("_patch_gaussian_cutoff_as_constant",), "stage 4"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("model_class", "backend", "registry", "key", "names", "error"), NEEDED, ids=[case[4][0] for case in NEEDED]
+    ("model_class", "backend", "key", "names", "error"), NEEDED, ids=[case[3][0] for case in NEEDED]
 )
 def test_workaround_is_needed(
     monkeypatch: pytest.MonkeyPatch,
     model_class: str,
     backend: str,
-    registry: dict,
     key: str,
     names: tuple[str, ...],
     error: str,
@@ -202,13 +190,28 @@ def test_workaround_is_needed(
     inputs = sample_inputs(model)
     with monkeypatch.context() as patched:
         for name in names:
-            _without(patched, registry, key, name)
+            _without(patched, key, name)
         with pytest.raises(ExportStageError, match=error):
             _export(model, inputs, backend)
     exported = _export(model, inputs, backend)
     with torch.no_grad():
         expected = model(**inputs)
     assert _max_diff(exported(**inputs), expected) < 1e-4
+
+
+@pytest.mark.parametrize("model_class", ["DeepseekV2ForCausalLM", "Llama4ForCausalLM", "Gemma3nForCausalLM"])
+def test_dynamo_keeps_complex_rotary_and_erfinv(tmp_path, model_class: str) -> None:
+    # The rotary and gaussian patches are ONNX's and ExecuTorch's (workarounds/lowered.py): torch.export traces and
+    # saves these models as they are.
+    model = tiny_model(model_class)
+    inputs = sample_inputs(model)
+    exported = _export(model, inputs, "dynamo")
+    patched = {record["name"] for record in exported.components["model"]["workarounds"]["patches"]}
+    assert not patched & {w.name for w in registry._REGISTRY["onnx"]}
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert _max_diff(loaded(**inputs), expected) < 1e-4
 
 
 def test_onnx_disable_optimize_prophetnet_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,6 +247,6 @@ def test_view_larger_than_its_base_stays_a_copy(monkeypatch: pytest.MonkeyPatch)
     with torch.no_grad():
         expected = model(**inputs)
     assert _max_diff(_export(model, inputs, "executorch")(**inputs), expected) < 1e-4
-    _without(monkeypatch, export_utils._PATCHES, "executorch", "_patch_view_within_its_base")
+    _without(monkeypatch, "executorch", "_patch_view_within_its_base")
     with pytest.raises(RuntimeError, match="Failed to load method forward, error: 0x:21"):
         _export(model, inputs, "executorch")(**inputs)

@@ -17,7 +17,7 @@ from hfexport.exporters import (
     DynamoExporter,
     ExportedModel,
     ModelRunner,
-    auto,
+    backends,
     register_backend,
 )
 from hfexport.tiny_models import sample_inputs, tiny_model
@@ -62,10 +62,10 @@ class CoreAtenRunner(ModelRunner):
 @pytest.fixture
 def registered():
     """Register the backend for one test; the table is restored afterwards."""
-    saved = dict(auto._BACKENDS)
+    saved = dict(backends._BACKENDS)
     yield
-    auto._BACKENDS.clear()
-    auto._BACKENDS.update(saved)
+    backends._BACKENDS.clear()
+    backends._BACKENDS.update(saved)
 
 
 def test_custom_backend_exports_and_runs_through_auto_classes(registered, tmp_path):

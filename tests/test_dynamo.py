@@ -49,7 +49,7 @@ def test_saved_files_and_manifest(dynamic_export):
     _name, model, directory = dynamic_export
     manifest = json.loads((directory / "export.json").read_text())
     assert sorted(p.name for p in directory.iterdir()) == ["config.json", "export.json", "model.pt2"]
-    assert manifest["schema_version"] == 1
+    assert manifest["schema_version"] == 2
     assert manifest["export_format"] == "dynamo"
     assert manifest["export_config"]["dynamic"] is True
     assert manifest["model_class"].endswith(type(model).__qualname__)
@@ -71,6 +71,28 @@ def test_cache_outputs_are_rebuilt_with_readable_names(tmp_path):
     outputs = loaded(**inputs)
     assert type(outputs.past_key_values).__name__ == "DynamicCache"
     assert outputs.past_key_values.get_seq_length() == inputs["input_ids"].shape[1]
+
+
+def test_manifest_records_patches_and_schema_1_exports_still_load(tmp_path):
+    from hfexport.gate.checks import workarounds_used
+
+    model = tiny_model("llama")
+    inputs = sample_inputs(model)
+    exported = DynamoExporter().export(model, inputs, DynamoConfig())
+    directory = exported.save_pretrained(tmp_path / "llama")
+    manifest = json.loads((directory / "export.json").read_text())
+    patches = manifest["components"]["model"]["workarounds"]["patches"]
+    sdpa = "torch.nn.functional.scaled_dot_product_attention"
+    assert {"name": "_patch_sdpa_math_kernel_on_cpu", "key": "dynamo", "target": sdpa} in patches
+    assert workarounds_used(exported, "torch.nn.functional.modeling") == ["_patch_sdpa_math_kernel_on_cpu"]
+    # Schema 1 wrote "name -> target" strings: such an export still loads, and the gate still reads its patches.
+    manifest["schema_version"] = 1
+    manifest["components"]["model"]["workarounds"]["patches"] = [f"{p['name']} -> {p['target']}" for p in patches]
+    (directory / "export.json").write_text(json.dumps(manifest))
+    loaded = ExportedModel.from_pretrained(directory)
+    assert workarounds_used(loaded, "torch.nn.functional.modeling") == ["_patch_sdpa_math_kernel_on_cpu"]
+    with torch.no_grad():
+        assert max_abs_diff(loaded(**inputs), model(**inputs)) <= TOLERANCE
 
 
 def test_output_type_with_required_fields_reloads(tmp_path):

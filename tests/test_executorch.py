@@ -13,15 +13,16 @@ pytest.importorskip("executorch")
 
 from support import max_abs_diff
 
-from hfexport.exporters import ExportedModel, ExportStageError
-from hfexport.exporters import exporter_executorch as executorch_exporter
-from hfexport.exporters import utils as export_utils
+from hfexport.exporters import ExportedModel, ExportStageError, registry
 from hfexport.exporters.exporter_executorch import (
     ExecutorchConfig,
     ExecutorchExporter,
     prepare_for_cuda,
     program_bytes,
 )
+from hfexport.exporters.workarounds import executorch as executorch_workarounds
+from hfexport.exporters.workarounds import lowered as lowered_workarounds
+from hfexport.exporters.workarounds import xnnpack as xnnpack_workarounds
 from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
 
 TOLERANCE = 1e-3
@@ -179,9 +180,8 @@ def test_sym_op_fixes(module, fix, error, options, monkeypatch):
 
 def test_sdpa_patch_keeps_gpt2_lowerable(monkeypatch):
     # The math attention patch keeps SDPA out of the graph; without it the SDPA op needs the contiguous copy.
-    dropped = {"_patch_sdpa_contiguous_output", "_patch_sdpa_as_math_attention"}
-    kept = [w for w in export_utils._PATCHES["executorch"] if w.name not in dropped]
-    monkeypatch.setitem(export_utils._PATCHES, "executorch", kept)
+    without_workaround(monkeypatch, "_patch_sdpa_contiguous_output")
+    without_workaround(monkeypatch, "_patch_sdpa_as_math_attention")
     model = tiny_model("gpt2")
     with pytest.raises(ExportStageError, match="Cannot view a tensor with shape"):
         ExecutorchExporter().export_program(model, sample_inputs(model), ExecutorchConfig())
@@ -189,8 +189,7 @@ def test_sdpa_patch_keeps_gpt2_lowerable(monkeypatch):
 
 def test_experts_patch_keeps_moe_lowerable(tmp_path, monkeypatch):
     check_against_eager("mixtral", tmp_path)
-    kept = [w for w in export_utils._PATCHES["executorch"] if w.name != "_patch_experts_batched_mm"]
-    monkeypatch.setitem(export_utils._PATCHES, "executorch", kept)
+    without_workaround(monkeypatch, "_patch_experts_batched_mm")
     model = tiny_model("mixtral")
     with pytest.raises(ExportStageError, match=r"Missing out variants: .*grouped_mm_fallback"):
         ExecutorchExporter().export_program(model, sample_inputs(model), ExecutorchConfig())
@@ -210,18 +209,22 @@ PARTITION_WORKAROUNDS = [
 
 
 def without_workaround(monkeypatch, name: str) -> None:
-    registries = (export_utils._PATCHES, export_utils._NODE_FIXES, export_utils._PROGRAM_FIXES)
-    registry = next(r for r in registries if any(w.name == name for w in r["executorch"]))
-    kept = [w for w in registry["executorch"] if w.name != name]
-    assert len(kept) == len(registry["executorch"]) - 1
-    monkeypatch.setitem(registry, "executorch", kept)
+    """Take the ExecuTorch workaround ``name`` (key "executorch" or "executorch.xnnpack") out of the registry."""
+    key = next(k for k in ("executorch", "executorch.xnnpack") if any(w.name == name for w in registry._REGISTRY[k]))
+    kept = [w for w in registry._REGISTRY[key] if w.name != name]
+    assert len(kept) == len(registry._REGISTRY[key]) - 1
+    monkeypatch.setitem(registry._REGISTRY, key, kept)
+
+
+def patch_names(metadata: dict) -> set[str]:
+    return {record["name"] for record in metadata["workarounds"]["patches"]}
 
 
 @pytest.mark.parametrize("model_name", list(FEWEST_PARTITIONS))
 def test_partition_workarounds_keep_the_delegate_whole(model_name, tmp_path):
     metadata = check_against_eager(model_name, tmp_path)
     assert metadata["delegate_partitions"] == FEWEST_PARTITIONS[model_name]
-    applied = set(metadata["workarounds"]["fixes"]) | {p.split(" ")[0] for p in metadata["workarounds"]["patches"]}
+    applied = set(metadata["workarounds"]["fixes"]) | patch_names(metadata)
     assert {name for name, model in PARTITION_WORKAROUNDS if model == model_name} <= applied
 
 
@@ -255,8 +258,7 @@ def test_conv1d_patch_keeps_dynamic_conv1d_lowerable(monkeypatch):
     traced, fed = torch.randn(2, 4, 16), torch.randn(3, 4, 20)
     output, _ = run_module(conv, traced, fed)
     torch.testing.assert_close(output, conv(fed).detach(), atol=1e-4, rtol=1e-4)
-    kept = [w for w in export_utils._PATCHES["executorch"] if w.name != "_patch_conv1d_one_dynamic_dim"]
-    monkeypatch.setitem(export_utils._PATCHES, "executorch", kept)
+    without_workaround(monkeypatch, "_patch_conv1d_one_dynamic_dim")
     with pytest.raises(ExportStageError, match="XNNPACK reshape only supports 1 dynamic dimension"):
         run_module(conv, traced, fed)
 
@@ -310,7 +312,7 @@ def test_max_dim_patch_leaves_a_negative_dim_max_to_portable(monkeypatch):
     # gpt_oss attention sinks: a max over dim -1 of 4D scores.
     module, traced = MaxNormalized(), torch.randn(2, 3, 5, 6)
     program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
-    assert any(p.startswith("_patch_max_dim_two_or_three") for p in metadata["workarounds"]["patches"])
+    assert "_patch_max_dim_two_or_three" in patch_names(metadata)
     output = execute(program, traced)[0]
     torch.testing.assert_close(output, module(traced))
     without_workaround(monkeypatch, "_patch_max_dim_two_or_three")
@@ -446,7 +448,7 @@ def test_fast_lowering_runs_a_declined_linear_on_its_portable_kernel(monkeypatch
     output, metadata = run_module(module, traced, fed)
     torch.testing.assert_close(output, module(fed))
     assert metadata["delegate_partitions"] == 0
-    monkeypatch.setattr(executorch_exporter, "_warn_on_undelegated_ops", executorch_exporter._check_undelegated_ops)
+    without_workaround(monkeypatch, "_patch_undelegated_kept_op_warns")
     with pytest.raises(ExportStageError, match="was not decomposed or delegated"):
         run_module(module, traced, fed)
 
@@ -468,8 +470,8 @@ def test_fast_lowering_runs_the_passes_a_decomposed_batch_norm_needs(monkeypatch
     output, metadata = run_module(module, traced, fed)
     torch.testing.assert_close(output, module(fed))
     assert metadata["delegate_partitions"] == 1
-    triggers = {**executorch_exporter._XNNPACK_PASS_TRIGGERS, "Conv1dUnsqueezePass": ("convolution",)}
-    monkeypatch.setattr(executorch_exporter, "_XNNPACK_PASS_TRIGGERS", triggers)
+    triggers = {**xnnpack_workarounds._XNNPACK_PASS_TRIGGERS, "Conv1dUnsqueezePass": ("convolution",)}
+    monkeypatch.setattr(xnnpack_workarounds, "_XNNPACK_PASS_TRIGGERS", triggers)
     with pytest.raises(ExportStageError, match="ChannelsLastTaggedReshapePass"):
         run_module(module, traced, fed)
 
@@ -480,7 +482,7 @@ def test_batch_norm_1d_with_two_dynamic_dims_runs_on_portable(monkeypatch):
     traced, fed = torch.randn(2, 5, 4), torch.randn(3, 7, 4)
     output, metadata = run_module(module, traced, fed)
     torch.testing.assert_close(output, module(fed))
-    assert any(p.startswith("_patch_batch_norm_1d_one_dynamic_dim") for p in metadata["workarounds"]["patches"])
+    assert "_patch_batch_norm_1d_one_dynamic_dim" in patch_names(metadata)
     without_workaround(monkeypatch, "_patch_batch_norm_1d_one_dynamic_dim")
     with pytest.raises(ExportStageError, match="XNNPACK reshape only supports 1 dynamic dimension"):
         run_module(module, traced, fed)
@@ -497,7 +499,7 @@ def test_dim_order_patch_sorts_strides_of_a_masked_selection(monkeypatch):
     module, traced = MaskedColumns(), torch.randn(2, 6, 16)
     traced[:, :3, 0] = -1.0
     output, metadata = run_module(module, traced, traced)
-    assert any(p.startswith("_patch_dim_order_of_unbacked_strides") for p in metadata["workarounds"]["patches"])
+    assert "_patch_dim_order_of_unbacked_strides" in patch_names(metadata)
     torch.testing.assert_close(output, module(traced), atol=1e-5, rtol=1e-5)
     without_workaround(monkeypatch, "_patch_dim_order_of_unbacked_strides")
     with pytest.raises(ExportStageError, match="data-dependent expression"):
@@ -507,18 +509,35 @@ def test_dim_order_patch_sorts_strides_of_a_masked_selection(monkeypatch):
 def test_view_dynamism_patch_keeps_pvt_lowerable(tmp_path, monkeypatch):
     # pvt's spatial-reduction attention views a static-shaped tensor with symbolic sizes.
     metadata = check_against_eager("PvtForImageClassification", tmp_path, dynamic=True)
-    assert any(p.startswith("_patch_view_as_dynamic_as_its_base") for p in metadata["workarounds"]["patches"])
+    assert "_patch_view_as_dynamic_as_its_base" in patch_names(metadata)
     without_workaround(monkeypatch, "_patch_view_as_dynamic_as_its_base")
     with pytest.raises(ExportStageError, match="incompatible with its base"):
         export_roundtrip("PvtForImageClassification", tmp_path, dynamic=True)
 
 
 def test_every_workaround_is_registered_and_named():
-    import hfexport.exporters.exporter_executorch as module
-
-    registered = {w.name for w in export_utils.all_workarounds("executorch")}
-    defined = {name for name in vars(module) if name.startswith(("_patch_", "_fix_"))}
+    registered = {(w.key, w.name) for w in registry.all_workarounds("executorch")}
+    defined = {
+        (key, name)
+        for key, module in (
+            ("executorch", executorch_workarounds),
+            ("executorch", lowered_workarounds),
+            ("executorch.xnnpack", xnnpack_workarounds),
+        )
+        for name in vars(module)
+        if name.startswith(("_patch_", "_fix_"))
+    }
     assert defined == registered
+
+
+def test_xnnpack_workarounds_stay_out_of_portable_programs():
+    # A workaround registered under "executorch.xnnpack" runs only when the XNNPACK delegate lowers.
+    model = tiny_model("llama")
+    _, metadata = ExecutorchExporter().export_program(model, sample_inputs(model), ExecutorchConfig(backend="portable"))
+    keys = {record["key"] for record in metadata["workarounds"]["patches"]}
+    assert "executorch" in keys and "executorch.xnnpack" not in keys
+    xnnpack_only = {w.name for w in registry.all_workarounds("executorch") if w.delegate == "xnnpack"}
+    assert not xnnpack_only & set(metadata["workarounds"]["fixes"])
 
 
 # ── Slow sweeps (run with -m slow) ──

@@ -191,7 +191,7 @@ def _cell(model_class: str, backend: str, status: str, regression: str | None = 
 
 
 def test_shards_partition_the_cells_and_merge_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hfexport.gate.run import shard_of
+    from hfexport.gate.cells import shard_of
 
     cells = [_cell(f"Class{i}", b, "pass") for i in range(10) for b in ("dynamo", "onnx")]
     shares = [shard_of(cells, (k, 3)) for k in (1, 2, 3)]

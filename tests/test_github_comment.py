@@ -16,7 +16,8 @@ from test_markdown import HOSTILE, cell, report
 
 from hfexport.cli import main
 from hfexport.gate.markdown import MARKER, text_size
-from hfexport.github.comment import ACTIONS_BOT, CommentError, load_report, resolve_target
+from hfexport.gate.report import ReportError, load_report
+from hfexport.github.comment import ACTIONS_BOT, CommentError, resolve_target
 
 TOKEN = "ghs_s3cr3tT0kenValue0123456789"
 HEAD = "a" * 40
@@ -205,12 +206,12 @@ def test_workflow_run_of_a_fork_takes_the_pr_from_the_report_and_checks_the_trus
 
 
 def test_invalid_and_oversized_reports_are_refused(tmp_path):
-    with pytest.raises(CommentError, match="not a valid hfexport report"):
+    with pytest.raises(ReportError, match="not a valid hfexport report"):
         load_report(write(tmp_path, {"schema": "something-else"}))
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(CommentError, match="not valid JSON"):
+    with pytest.raises(ReportError, match="not valid JSON"):
         load_report(tmp_path / "bad.json")
-    with pytest.raises(CommentError, match="over 1000 bytes"):
+    with pytest.raises(ReportError, match="over 1000 bytes"):
         load_report(write(tmp_path, failing()), max_bytes=1000)
     assert load_report(tmp_path)["schema"] == "hfexport-report"  # a directory means its report.json
 

@@ -11,8 +11,7 @@ import torch
 from support import max_abs_diff
 from transformers.models.nllb_moe.modeling_nllb_moe import NllbMoeSparseMLP
 
-from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportedModel
-from hfexport.exporters import utils as export_utils
+from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportedModel, registry
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 SPARSE_CONFIG = {
@@ -62,8 +61,8 @@ def test_sparse_layers_round_trip_on_dynamo(model: torch.nn.Module, tmp_path) ->
     ],
 )
 def test_each_patch_is_needed(model: torch.nn.Module, tmp_path, monkeypatch, patch: str, error: str) -> None:
-    kept = [w for w in export_utils._PATCHES["dynamo"] if w.name != patch]
-    assert len(kept) == len(export_utils._PATCHES["dynamo"]) - 1
-    monkeypatch.setitem(export_utils._PATCHES, "dynamo", kept)
+    kept = [w for w in registry._REGISTRY["dynamo"] if w.name != patch]
+    assert len(kept) == len(registry._REGISTRY["dynamo"]) - 1
+    monkeypatch.setitem(registry._REGISTRY, "dynamo", kept)
     with pytest.raises(Exception, match=error):
         _export_and_reload(model, tmp_path)

@@ -25,8 +25,8 @@ from hfexport.exporters import (  # noqa: E402
     exporter_onnx,
 )
 from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E402
+from hfexport.exporters.registry import _REGISTRY, Workaround, all_workarounds  # noqa: E402
 from hfexport.exporters.runner_onnx import OnnxRunner  # noqa: E402
-from hfexport.exporters.utils import _NODE_FIXES, _PATCHES, Workaround, all_workarounds  # noqa: E402
 from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -147,29 +147,17 @@ def test_registry_lists_tables():
 
 
 @contextlib.contextmanager
-def without(registry: list, name: str) -> Iterator[None]:
-    """Take one workaround out of a registry list (patches, node fixes or IR fixes) for the block."""
-    removed = [entry for entry in registry if getattr(entry, "__name__", getattr(entry, "name", None)) == name]
+def without(name: str) -> Iterator[None]:
+    """Take one "onnx" workaround (a patch, fix, translation or IR fix) out of the registry for the block."""
+    registered = _REGISTRY["onnx"]
+    removed = [workaround for workaround in registered if workaround.name == name]
     assert removed, name
-    for entry in removed:
-        registry.remove(entry)
+    for workaround in removed:
+        registered.remove(workaround)
     try:
         yield
     finally:
-        registry.extend(removed)
-
-
-@contextlib.contextmanager
-def without_translation(function) -> Iterator[None]:
-    table = exporter_onnx._ONNX_TRANSLATION_TABLE
-    removed = {key: value for key, value in table.items() if value is function}
-    assert removed
-    for key in removed:
-        del table[key]
-    try:
-        yield
-    finally:
-        table.update(removed)
+        registered.extend(removed)
 
 
 def _module(forward) -> torch.nn.Module:
@@ -182,7 +170,7 @@ def _module(forward) -> torch.nn.Module:
 def test_fix_reshape_of_strided_view_is_needed():
     model = tiny_model("t5")
     inputs = sample_inputs(model)
-    with without(_NODE_FIXES["onnx"], "_fix_reshape_of_strided_view"), pytest.raises(ExportStageError) as raised:
+    with without("_fix_reshape_of_strided_view"), pytest.raises(ExportStageError) as raised:
         OnnxExporter().export_program(model, inputs, OnnxConfig(dynamic=True))
     assert str(raised.value).startswith("onnx · stage 2 ONNX patches") and "Cannot view" in str(raised.value)
     # With the fix, t5 round-trips in test_round_trip_equals_eager[t5].
@@ -199,15 +187,15 @@ def test_patch_refix_after_decompositions_reruns_node_fixes_on_the_decomposed_gr
 
     module = _module(lambda self, x: torch.nn.functional.silu(x).softmax(-1))
     recorder = Workaround("onnx", "fx_node_fix", _fix_record)
-    _NODE_FIXES["onnx"].append(recorder)
+    _REGISTRY["onnx"].append(recorder)
     try:
         seen.append(set())
         OnnxExporter().export_program(module, {"x": torch.randn(2, 8)}, OnnxConfig())
-        with without(_PATCHES["onnx"], "_patch_refix_after_decompositions"):
+        with without("_patch_refix_after_decompositions"):
             seen.append(set())
             OnnxExporter().export_program(module, {"x": torch.randn(2, 8)}, OnnxConfig())
     finally:
-        _NODE_FIXES["onnx"].remove(recorder)
+        _REGISTRY["onnx"].remove(recorder)
     # With the hook: the traced graph and the decomposed one; without it: the traced graph only.
     assert [len(graphs) for graphs in seen] == [2, 1]
 
@@ -216,7 +204,7 @@ def test_aten_sym_floordiv_is_needed():
     # The ceil-div idiom on a dynamic size, as minimax_m3_vl counts key blocks.
     module = _module(lambda self, x: x.new_zeros(x.shape[0], -(-x.shape[1] // 3)) + 1)
     x = torch.randn(3, 10)
-    with without_translation(exporter_onnx._aten_sym_floordiv):
+    with without("_aten_sym_floordiv"):
         wrong = OnnxExporter().export(module, {"x": torch.randn(2, 8)}, OnnxConfig(dynamic=True))
         assert wrong(x=x).shape != module(x=x).shape
     exported = OnnxExporter().export(module, {"x": torch.randn(2, 8)}, OnnxConfig(dynamic=True))
@@ -226,7 +214,7 @@ def test_aten_sym_floordiv_is_needed():
 def test_aten_grouped_mm_is_needed():
     model = tiny_model("mixtral")
     inputs = sample_inputs(model)
-    with without_translation(exporter_onnx._aten_grouped_mm), pytest.raises(ExportStageError) as raised:
+    with without("_aten_grouped_mm"), pytest.raises(ExportStageError) as raised:
         OnnxExporter().export_program(model, inputs, OnnxConfig(dynamic=True))
     assert str(raised.value).startswith("onnx · stage 4 ONNX translations")
     exported = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
@@ -236,7 +224,7 @@ def test_aten_grouped_mm_is_needed():
 def test_fix_ir_bool_where_is_needed():
     module = _module(lambda self, x: (x > 0).masked_fill(x.abs() > 1, True))
     inputs = {"x": torch.randn(4, 8)}
-    with without(exporter_onnx._IR_FIXES, "_fix_ir_bool_where"):
+    with without("_fix_ir_bool_where"):
         broken = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
         with pytest.raises(Exception, match="Where"):
             broken(**inputs)

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import logging
+import operator
 import sys
 import types
 
 import pytest
 import torch
 
-from hfexport.exporters import utils
-from hfexport.exporters.utils import (
+from hfexport.exporters import registry
+from hfexport.exporters.registry import (
+    LOWERING_SWAP,
+    PatchReport,
+    apply_ir_fixes,
     apply_node_fixes,
     apply_patches,
     apply_program_fixes,
+    onnx_translation_table,
     register_fx_node_fix,
     register_fx_program_fix,
+    register_ir_fix,
+    register_lowering_swap,
+    register_onnx_translation,
     register_patch,
     unresolved_targets,
 )
@@ -24,12 +32,11 @@ from hfexport.exporters.utils import (
 @pytest.fixture
 def isolated_registries(monkeypatch):
     """Give each test empty registries so test workarounds never leak into real exports."""
-    from hfexport.exporters.auto import import_backend_modules
+    from hfexport.exporters.backends import import_backend_modules
 
-    import_backend_modules()  # real backends register into the real registries first, never into these
-    for name in ("_PATCHES", "_NODE_FIXES", "_PROGRAM_FIXES"):
-        monkeypatch.setattr(utils, name, type(getattr(utils, name))(list))
-    return utils
+    import_backend_modules()  # real backends register into the real registry first, never into this one
+    monkeypatch.setattr(registry, "_REGISTRY", type(registry._REGISTRY)(list))
+    return registry
 
 
 @pytest.fixture
@@ -75,7 +82,9 @@ def test_patch_applied_during_and_restored_after_success(isolated_registries, ta
         assert target_module.Target().method(1) == 200
     assert target_module.Target.method is original
     assert target_module.Target().method(1) == 2
-    assert report.installed == ["_patch_method -> hfexport_registry_target.Target.method"]
+    assert report.installed == [
+        {"name": "_patch_method", "key": "test", "target": "hfexport_registry_target.Target.method"}
+    ]
 
 
 def test_patch_restored_after_failing_export(isolated_registries, target_module):
@@ -171,7 +180,7 @@ def test_unresolvable_path_is_reported_not_fatal(isolated_registries, target_mod
 
     with caplog.at_level(logging.WARNING, logger="hfexport"), apply_patches("test") as report:
         assert target_module.function(1) == "patched"
-    assert report.unresolved == ["hfexport_registry_target.Target.does_not_exist"]
+    assert [record["target"] for record in report.unresolved] == ["hfexport_registry_target.Target.does_not_exist"]
     assert "does_not_exist" in caplog.text
     missing = unresolved_targets("test")
     assert [(w.name, absent) for w, _, absent in missing] == [("_patch_typo", False)]
@@ -226,6 +235,56 @@ def test_program_fixes_run_in_registration_order(isolated_registries):
 
     assert apply_program_fixes("test", object()) == ["_fix_a"]
     assert order == ["a", "b"]
+
+
+def test_keys_install_in_order_and_a_delegate_key_runs_only_for_its_delegate(isolated_registries, target_module):
+    @register_patch("test", "hfexport_registry_target.function")
+    def _patch_backend(original):
+        return lambda x: original(x) * 10
+
+    @register_patch("test.delegate", "hfexport_registry_target.function")
+    def _patch_delegate(original):
+        return lambda x: original(x) + 1
+
+    with apply_patches(("test", "test.delegate")) as report:
+        assert target_module.function(3) == 21  # the later key's patch wraps the earlier key's
+    with apply_patches(("test", "test.other")):
+        assert target_module.function(3) == 20  # another delegate's workarounds stay out
+    assert target_module.function(3) == 2
+    assert [(record["name"], record["key"]) for record in report.installed] == [
+        ("_patch_backend", "test"),
+        ("_patch_delegate", "test.delegate"),
+    ]
+    listed = {(w.name, w.backend, w.delegate) for w in registry.all_workarounds("test")}
+    assert listed == {("_patch_backend", "test", None), ("_patch_delegate", "test", "delegate")}
+
+
+def test_lowering_swaps_are_installed_only_as_their_kind(isolated_registries, target_module):
+    @register_lowering_swap("test", "hfexport_registry_target.function")
+    def _patch_faster(original):
+        return lambda x: "fast"
+
+    with apply_patches("test"):
+        assert target_module.function(1) == 0
+    with apply_patches("test", kind=LOWERING_SWAP) as report:
+        assert target_module.function(1) == "fast"
+    assert [record["name"] for record in report.installed] == ["_patch_faster"]
+
+
+def test_translations_resolve_their_op_and_ir_fixes_run_in_order(isolated_registries):
+    @register_onnx_translation("operator.floordiv", "operator.no_such_op")
+    def _aten_floordiv(self, other):
+        return self
+
+    @register_ir_fix("test")
+    def _fix_ir_changes(model):
+        return True
+
+    report = PatchReport()
+    assert onnx_translation_table("onnx", report) == {operator.floordiv: _aten_floordiv}
+    assert report.unresolved == [{"name": "_aten_floordiv", "key": "onnx", "target": "operator.no_such_op"}]
+    assert [w.name for w, _, _ in unresolved_targets("onnx")] == ["_aten_floordiv"]
+    assert apply_ir_fixes("test", object()) == ["_fix_ir_changes"]
 
 
 def test_registry_cli_lists_and_checks(isolated_registries, target_module):

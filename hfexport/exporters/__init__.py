@@ -8,14 +8,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .auto import AutoExportConfig, AutoHfExporter, available_formats, register_backend
+from .auto import AutoExportConfig, AutoHfExporter, register_backend
+from .backends import available_formats
 from .base import ExportConfigMixin, ExportedModel, HfExporter, ModelRunner
-from .utils import (
-    ExportStageError,
+from .registry import (
     register_fx_node_fix,
     register_fx_program_fix,
+    register_ir_fix,
+    register_lowering_swap,
+    register_onnx_translation,
     register_patch,
 )
+from .utils import ExportStageError
 
 _LAZY = {
     "DynamoConfig": "hfexport.exporters.exporter_dynamo",
@@ -38,6 +42,9 @@ __all__ = [
     "register_backend",
     "register_fx_node_fix",
     "register_fx_program_fix",
+    "register_ir_fix",
+    "register_lowering_swap",
+    "register_onnx_translation",
     "register_patch",
     *_LAZY,
 ]

@@ -11,13 +11,16 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .backends import get_exporter_class, get_runner_class
 from .utils import package_versions
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
-EXPORT_SCHEMA_VERSION = 1
+# 2: workarounds.patches and .unresolved hold {"name", "key", "target"} records (1: "name -> path" strings).
+EXPORT_SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 MANIFEST_NAME = "export.json"
 MODEL_CONFIG_NAME = "config.json"
 SINGLE_COMPONENT = "model"
@@ -55,13 +58,24 @@ def _jsonable(value: Any) -> Any:
 
 
 class HfExporter:
-    """A backend: traces one graph per component and writes/reads its programs."""
+    """A backend: traces one graph per component and writes/reads its programs.
+
+    Workarounds: an export runs those registered under ``workaround_keys(config)``, most general key first. Patches
+    are installed in that order (a later key's patch of a path wraps an earlier key's, e.g. ExecuTorch's SDPA patches
+    wrap dynamo's) and undone in reverse; fixes run in that order. While tracing, every key's patches are installed;
+    a backend that then lowers the traced program installs its own keys' patches (all but ``"dynamo"``) again around
+    lowering. The same rule holds for every backend.
+    """
 
     export_format: ClassVar[str] = ""
     config_class: ClassVar[type[ExportConfigMixin]] = ExportConfigMixin
     program_suffix: ClassVar[str] = ""
     # Distributions whose versions are recorded in export.json besides torch and transformers.
     recorded_packages: ClassVar[tuple[str, ...]] = ()
+
+    def workaround_keys(self, config: ExportConfigMixin) -> tuple[str, ...]:
+        """Registry keys this export runs, in order: a backend's own, then one delegate's (``"executorch.xnnpack"``)."""
+        return (self.export_format,)
 
     def export_program(
         self, model: PreTrainedModel, sample_inputs: dict[str, Any], config: ExportConfigMixin
@@ -131,7 +145,7 @@ class ModelRunner:
     """
 
     def __init__(self, exported: ExportedModel):
-        from .exporter_dynamo import ensure_pytree_types
+        from .pytree import ensure_pytree_types
 
         self.exported = exported
         for component in exported.components.values():
@@ -189,8 +203,6 @@ class ExportedModel:
 
     @functools.cached_property
     def runner(self) -> ModelRunner:
-        from .auto import get_runner_class
-
         return get_runner_class(self.export_format)(self)
 
     def __call__(self, **inputs: Any) -> Any:
@@ -207,8 +219,6 @@ class ExportedModel:
 
     def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
         """Write the programs, ``export.json`` and ``config.json`` atomically: a half-written export never appears."""
-        from .auto import get_exporter_class
-
         exporter_class = get_exporter_class(self.export_format)
         target = Path(save_directory)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -235,8 +245,6 @@ class ExportedModel:
         cls, path_or_repo_id: str | os.PathLike, revision: str | None = None, token: str | None = None
     ) -> ExportedModel:
         """Load a saved export from a local directory or a Hub repository (only the files its manifest names)."""
-        from .auto import get_exporter_class
-
         directory = Path(path_or_repo_id)
         if not directory.is_dir():
             directory = _download_export(str(path_or_repo_id), revision, token)
@@ -245,10 +253,12 @@ class ExportedModel:
             raise FileNotFoundError(f"{directory} has no {MANIFEST_NAME}: not a saved export")
         manifest = json.loads(manifest_path.read_text())
         version = manifest.get("schema_version")
-        if version != EXPORT_SCHEMA_VERSION:
-            raise ValueError(f"{manifest_path}: schema version {version}, this hfexport reads {EXPORT_SCHEMA_VERSION}")
+        if version not in READABLE_SCHEMA_VERSIONS:
+            raise ValueError(
+                f"{manifest_path}: schema version {version}, this hfexport reads {READABLE_SCHEMA_VERSIONS}"
+            )
         exporter_class = get_exporter_class(manifest["export_format"])
-        from .exporter_dynamo import ensure_pytree_types
+        from .pytree import ensure_pytree_types
 
         for component in manifest["components"].values():
             ensure_pytree_types(component.get("pytree_types", []))

@@ -31,7 +31,8 @@ from .utils import ExportFailure
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from .base import ExportConfigMixin, ExportedModel, HfExporter
+# base.py calls in here (HfExporter.export_for_generation, ExportedModel.generate), so the exporter, its config and the
+# exported model it passes are typed Any: this module needs nothing from base.py.
 
 logger = logging.getLogger("hfexport")
 
@@ -298,7 +299,7 @@ def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def _dynamic_shapes(
-    config: ExportConfigMixin, inputs: dict[str, Any], sequence: dict[str, int | None] | None = None
+    config: Any, inputs: dict[str, Any], sequence: dict[str, int | None] | None = None
 ) -> dict[str, Any] | None:
     """Dynamic batch (dim 0 of every tensor) and dynamic dim 1 of the inputs named in ``sequence`` (up to its
     value); every other dimension static. ``None`` for a static export."""
@@ -322,16 +323,16 @@ def _dynamic_shapes(
     return {name: for_value(name, value) for name, value in inputs.items()}
 
 
-def _component_config(config: ExportConfigMixin, dynamic_shapes: dict[str, Any] | None) -> ExportConfigMixin:
+def _component_config(config: Any, dynamic_shapes: dict[str, Any] | None) -> Any:
     # Generation decides which dimensions vary; a user's dynamic_shapes for the plain forward does not apply.
     return dataclasses.replace(config, dynamic_shapes=dynamic_shapes) if hasattr(config, "dynamic_shapes") else config
 
 
 def export_generation_components(
-    exporter: HfExporter,
+    exporter: Any,
     model: PreTrainedModel,
     sample_inputs: dict[str, Any],
-    config: ExportConfigMixin,
+    config: Any,
     max_cache_len: int | None = None,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """Export the generation components of ``model``; return them with the ``generation`` entry of export.json.
@@ -364,10 +365,10 @@ def _eager_cache(model: PreTrainedModel, inputs: dict[str, Any]) -> Cache:
 
 
 def _export_decoder_only(
-    exporter: HfExporter,
+    exporter: Any,
     model: PreTrainedModel,
     sample_inputs: dict[str, Any],
-    config: ExportConfigMixin,
+    config: Any,
     max_cache_len: int,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
     input_ids = sample_inputs["input_ids"]
@@ -418,10 +419,10 @@ def _export_decoder_only(
 
 
 def _export_encoder_decoder(
-    exporter: HfExporter,
+    exporter: Any,
     model: PreTrainedModel,
     sample_inputs: dict[str, Any],
-    config: ExportConfigMixin,
+    config: Any,
     max_cache_len: int,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
     encoder_inputs = {k: v for k, v in sample_inputs.items() if not k.startswith("decoder_")}
@@ -528,7 +529,7 @@ def _greedy(generation: dict[str, Any], batch_size: int, eos_token_id: Any, pad_
 
 
 def generate(
-    exported: ExportedModel,
+    exported: Any,
     input_ids: torch.Tensor,
     max_new_tokens: int = 20,
     attention_mask: torch.Tensor | None = None,
@@ -575,7 +576,7 @@ def _left_pad(input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
 
 
 def _generate_decoder_only(
-    exported: ExportedModel,
+    exported: Any,
     generation: dict[str, Any],
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
@@ -652,7 +653,7 @@ def _encoder_inputs(
 
 
 def _generate_encoder_decoder(
-    exported: ExportedModel,
+    exported: Any,
     generation: dict[str, Any],
     encoder_input: torch.Tensor,
     attention_mask: torch.Tensor | None,

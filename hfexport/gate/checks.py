@@ -130,7 +130,7 @@ def flat_outputs(outputs: Any) -> list[tuple[str, Any]]:
     import torch
     import torch.utils._pytree as pytree
 
-    from hfexport.exporters.exporter_dynamo import leaf_names, register_cache_types
+    from hfexport.exporters.pytree import leaf_names, register_cache_types
 
     register_cache_types()
     leaves, spec = pytree.tree_flatten(outputs)
@@ -204,11 +204,20 @@ def workarounds_used(exported: Any, model_module: str) -> list[str]:
     names: list[str] = []
     for component in getattr(exported, "manifest", {}).get("components", {}).values():
         used = component.get("workarounds", {})
-        patches = [e.split(" -> ")[0] for e in used.get("patches", []) if e.split(" -> ")[-1].startswith(model_package)]
+        records = [_patch_record(entry) for entry in used.get("patches", [])]
+        patches = [record["name"] for record in records if record["target"].startswith(model_package)]
         for name in [*patches, *used.get("fixes", [])]:
             if name not in names:
                 names.append(name)
     return names
+
+
+def _patch_record(entry: dict[str, str] | str) -> dict[str, str]:
+    """A manifest's patch record; schema 1 exports wrote it as a ``"name -> target"`` string."""
+    if isinstance(entry, str):
+        name, _, target = entry.partition(" -> ")
+        return {"name": name, "target": target}
+    return entry
 
 
 def _can_generate(model: Any) -> bool:

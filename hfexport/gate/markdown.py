@@ -13,14 +13,12 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .cells import disabled_features
+from .cells import NOT_A_RESULT, disabled_features, is_failure
 
 MARKER = "<!-- hfexport-report -->"
 TITLE = "### hfexport export report"
 MIN_CHARS = 2000  # room for the marker, the summary, the table header and the truncation notes
 
-_FAILURE_STATUSES = ("fail", "crash", "timeout", "oom", "error")
-_NOT_A_RESULT = ("tool_error", "not_checked")  # shown apart: neither is the model's result
 # Characters CommonMark/GFM give a meaning to inline (emphasis, links, images, math, strikethrough).
 _MD_PUNCTUATION = frozenset("\\*_[]()!~$^{}")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "|": "&#124;", "`": "&#96;"}
@@ -79,10 +77,6 @@ def _error_line(cell: dict[str, Any]) -> str:
     return str(error_type or error or "")
 
 
-def _is_failure(cell: dict[str, Any]) -> bool:
-    return cell.get("status") in _FAILURE_STATUSES
-
-
 def _icon(cell: dict[str, Any]) -> str:
     if cell.get("status") == "skipped":
         return "⏭️"
@@ -92,7 +86,7 @@ def _icon(cell: dict[str, Any]) -> str:
         return "❔"
     if cell.get("regression") == "fixed":
         return "🔧"
-    if _is_failure(cell):
+    if is_failure(cell):
         return "⚠️" if cell.get("regression") == "pre-existing" else "❌"
     return "✅"
 
@@ -109,11 +103,11 @@ def render_cell(cell: dict[str, Any]) -> str:
     icon = _icon(cell)
     if cell.get("status") == "skipped":
         return f"{icon} skipped: {escape_inline(cell.get('skip_reason') or 'no reason given', 120)}"
-    if cell.get("status") in ("tool_error", "not_checked"):
+    if cell.get("status") in NOT_A_RESULT:
         kind = "hfexport tool error" if cell["status"] == "tool_error" else "not checked"
         parts = [f"{icon} {kind}", escape_inline(_stage(cell), 60), escape_inline(_error_line(cell), 140)]
         return " · ".join(p for p in parts if p)
-    if _is_failure(cell):
+    if is_failure(cell):
         kind = escape_inline(cell.get("status"), 20)
         label = f"pre-existing {kind}" if cell.get("regression") == "pre-existing" else kind
         parts = [f"{icon} {label}", escape_inline(_stage(cell), 60), escape_inline(_error_line(cell), 140)]
@@ -183,10 +177,10 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, 
     def rank(item: tuple[str, dict[str, dict[str, Any]]]) -> tuple[int, str]:
         cells = item[1].values()
         if any(
-            c.get("status") == "tool_error" or (_is_failure(c) and c.get("regression") != "pre-existing") for c in cells
+            c.get("status") == "tool_error" or (is_failure(c) and c.get("regression") != "pre-existing") for c in cells
         ):
             return 0, item[0]
-        if any(_is_failure(c) for c in cells):
+        if any(is_failure(c) for c in cells):
             return 1, item[0]
         return 2, item[0]
 
@@ -297,7 +291,7 @@ def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url:
     backends, rows = _rows(report)
     header, table_rows = _table(backends, rows)
     cells = [c for _, by_backend in rows for c in by_backend.values()]
-    sections = [_failure_details(c) for c in cells if _is_failure(c) or c.get("status") in _NOT_A_RESULT]
+    sections = [_failure_details(c) for c in cells if is_failure(c) or c.get("status") in NOT_A_RESULT]
     passing = _passing_details(cells)
     if passing:
         sections.append(passing)

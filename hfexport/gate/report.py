@@ -17,16 +17,13 @@ from typing import Any
 
 import hfexport
 
-from .cells import disabled_features
+from .cells import FAILURE_STATUSES, NOT_A_RESULT, STATUSES, disabled_features
 
 REPORT_SCHEMA = "hfexport-report"
+MAX_REPORT_BYTES = 8 * 1024 * 1024  # far above any real report; a hostile one cannot make readers load more
 REPORT_SCHEMA_VERSION = 2
 # Version 1 reports (no tool_error / not_checked, no frame / disabled) are still read by merge and comment.
 READABLE_SCHEMA_VERSIONS = (1, 2)
-# "tool_error": hfexport itself failed (exit code 2); "not_checked": no tiny model could be built or run eagerly.
-# Neither is a model's failure. "error" is version 1's build/eager/job error, read but no longer written.
-STATUSES = ("pass", "fail", "crash", "timeout", "oom", "skipped", "error", "tool_error", "not_checked")
-FAILURE_STATUSES = frozenset({"fail", "crash", "timeout", "oom", "error"})
 REGRESSIONS = ("new", "pre-existing", "fixed", None)
 SELECTION_MODES = ("diff", "files", "models", "all")
 CELL_KEYS = (
@@ -161,7 +158,7 @@ def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> No
     if _check_type(errors, f"{where}.disabled", cell.get("disabled"), (dict,), nullable=True) and cell.get("disabled"):
         for name, feature in cell["disabled"].items():
             _check_type(errors, f"{where}.disabled[{name!r}]", feature, (str,))
-    if cell["status"] in (*FAILURE_STATUSES, "tool_error", "not_checked") and not cell["error"]:
+    if cell["status"] in FAILURE_STATUSES | NOT_A_RESULT and not cell["error"]:
         errors.append(f"{where}: a {cell['status']} cell needs an error")
 
 
@@ -244,12 +241,28 @@ def cell_label(cell: dict[str, Any]) -> str:
 
 
 def frame_note(cell: dict[str, Any]) -> str:
-    """`` (at file:line in function)`` for a tool error: the hfexport code that broke (workaround named)."""
-    frame = cell.get("frame") if cell.get("status") == "tool_error" else None
-    if not isinstance(frame, dict) or not frame.get("file"):
+    """Where it broke: the hfexport code of a tool error, or the checked-out model line of a failure."""
+    frame = cell.get("frame")
+    if not isinstance(frame, dict) or not frame.get("file") or cell.get("status") == "pass":
         return ""
-    workaround = f", workaround {frame['workaround']}" if frame.get("workaround") else ""
-    return f" (at {frame['file']}:{frame.get('line')} in {frame.get('function')}{workaround})"
+    workaround = frame.get("workaround")
+    if cell.get("status") == "tool_error":
+        named = f", workaround {workaround}" if workaround else ""
+        return f" (at {frame['file']}:{frame.get('line')} in {frame.get('function')}{named})"
+    if model_location(cell) is None:
+        return ""
+    text = f": {frame['text']}" if frame.get("text") else ""
+    running = f", while hfexport's {workaround} ran" if workaround else ""
+    return f" (at {frame['file']}:{frame.get('line')}{text}{running})"
+
+
+def model_location(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """The checked-out transformers line a model's failure broke at (``src/transformers/...``), if the trace has one."""
+    frame = cell.get("frame")
+    if cell.get("status") in ("tool_error", "not_checked", "pass", "skipped") or not isinstance(frame, dict):
+        return None
+    file = frame.get("file")
+    return frame if isinstance(file, str) and file.startswith("src/transformers/") else None
 
 
 def progress_line(done: int, total: int, cell: dict[str, Any]) -> str:
@@ -361,7 +374,7 @@ def _escape_property(text: str) -> str:
 
 
 def github_annotations(report: dict[str, Any]) -> list[str]:
-    """``::error`` at the model class line of every new failure and tool error, ``::notice`` for classes not checked."""
+    """``::error`` for each new failure (at the line that broke) and tool error; ``::notice`` per class not checked."""
     lines = []
     for cell in report["cells"]:
         if cell["status"] == "not_checked":
@@ -374,7 +387,8 @@ def github_annotations(report: dict[str, Any]) -> list[str]:
             continue
         if not is_new_failure(cell):
             continue
-        source = cell.get("source") or {}
+        # The line that broke when the trace reached the checkout's code, else the model class's line.
+        source = model_location(cell) or cell.get("source") or {}
         location = ""
         if source.get("file"):
             location = f"file={_escape_property(source['file'])}"
@@ -407,14 +421,32 @@ def write_reports(report: dict[str, Any], report_dir: Path, details_url: str | N
     return written
 
 
-def load_report(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text())
+class ReportError(ValueError):
+    """Why a report file cannot be used, in one line (the CLI exits with code 2)."""
+
+
+def load_report(path: Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str, Any]:
+    """Read and validate a JSON report (``report.json`` or the directory holding it), refusing oversized input.
+
+    ``merge`` and ``comment`` read reports written by other runs (``comment``: by untrusted pull-request code), so
+    nothing is trusted before the size cap and the schema have passed.
+    """
+    path = path / "report.json" if path.is_dir() else path
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except OSError as error:
+        raise ReportError(f"cannot read the report: {error}") from None
+    if len(raw) > max_bytes:
+        raise ReportError(f"{path} is over {max_bytes} bytes: refusing to read it")
+    try:
+        data = json.loads(raw)
+    except ValueError as error:
+        raise ReportError(f"{path} is not valid JSON: {error}") from None
     errors = validate_report(data)
     if errors:
-        raise ValueError(
-            f"{path}: not a valid hfexport report: {errors[0]}"
-            + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
-        )
+        shown = "; ".join(errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else "")
+        raise ReportError(f"{path} is not a valid hfexport report: {shown}")
     return data
 
 

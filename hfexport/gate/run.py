@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import changes, report
+from .cells import BACKENDS, FAILURE_STATUSES, shard_of
 from .jobs import JobOptions, WorkerError, WorkerProcess
 from .skips import skip_reason
 
@@ -39,7 +39,7 @@ class Target:
 
 @dataclass
 class CheckOptions:
-    backends: list[str] = field(default_factory=lambda: ["dynamo", "onnx", "executorch"])
+    backends: list[str] = field(default_factory=lambda: list(BACKENDS))
     jobs: int = 1
     timeout: float = 600.0
     memory_limit_gib: float = 16.0
@@ -118,12 +118,6 @@ def _resolve_names(worker: WorkerProcess, selection: changes.Selection, checkout
 
 
 # ── Jobs ──
-
-
-def shard_of(cells: list[dict[str, Any]], shard: tuple[int, int]) -> list[dict[str, Any]]:
-    """A deterministic share of the cells: stable hash of (class, backend) modulo the shard count."""
-    index, count = shard
-    return [c for c in cells if zlib.crc32(f"{c['model_class']}|{c['backend']}".encode()) % count == index - 1]
 
 
 def _job(cell: dict[str, Any], selected: changes.SelectedClass, options: CheckOptions) -> dict[str, Any]:
@@ -209,8 +203,8 @@ def _start(checkout: Path | None, options: CheckOptions) -> WorkerProcess:
 def _classify_against_base(cell: dict[str, Any], base: dict[str, Any]) -> None:
     # Only a model failure at base makes one at head pre-existing: a class not checked at base (not buildable there)
     # or a tool error there proves nothing, so the head's failure stays new.
-    base_failed = base.get("status") in report.FAILURE_STATUSES
-    if cell["status"] in report.FAILURE_STATUSES:
+    base_failed = base.get("status") in FAILURE_STATUSES
+    if cell["status"] in FAILURE_STATUSES:
         cell["regression"] = "pre-existing" if base_failed else "new"
     elif cell["status"] == "pass" and base_failed:
         cell["regression"] = "fixed"
@@ -264,7 +258,7 @@ def run_check(
             def record(cell: dict[str, Any], outcome: dict[str, Any]) -> None:
                 nonlocal done
                 _apply_result(cell, outcome)
-                if cell["status"] in report.FAILURE_STATUSES and target.base is None:
+                if cell["status"] in FAILURE_STATUSES and target.base is None:
                     cell["regression"] = "new"
                 done += 1
                 echo(report.progress_line(done, total, cell))
@@ -312,7 +306,7 @@ def _compare_with_base(
     echo: Callable[[str], None],
 ) -> None:
     """Run at base what can change the verdict (failing cells; passing ones too with ``report_fixed``)."""
-    wanted = {"pass", *report.FAILURE_STATUSES} if options.report_fixed else report.FAILURE_STATUSES
+    wanted = {"pass", *FAILURE_STATUSES} if options.report_fixed else FAILURE_STATUSES
     again = [(cell, selected) for cell, selected in pairs if cell["status"] in wanted]
     if not again:
         return
@@ -329,18 +323,3 @@ def _compare_with_base(
             _run_cells(worker, again, options, record)
         finally:
             worker.close()
-
-
-def pr_context(environ: dict[str, str] | Any) -> dict[str, Any]:
-    """PR number and head commit from a GitHub Actions pull_request event (nulls elsewhere)."""
-    import json
-
-    context: dict[str, Any] = {"number": None, "head_sha": None}
-    event_path = environ.get("GITHUB_EVENT_PATH")
-    if not event_path or not Path(event_path).is_file():
-        return context
-    try:
-        pull_request = json.loads(Path(event_path).read_text()).get("pull_request") or {}
-    except (OSError, ValueError):
-        return context
-    return {"number": pull_request.get("number"), "head_sha": (pull_request.get("head") or {}).get("sha")}

@@ -295,7 +295,7 @@ def _preload(backends: list[str], engine: str) -> dict[str, str]:
 
     import hfexport.gate.checks
     import hfexport.tiny_models  # noqa: F401
-    from hfexport.exporters.auto import get_exporter_class, get_runner_class
+    from hfexport.exporters.backends import get_exporter_class, get_runner_class
 
     problems = {}
     if engine == "transformers":

@@ -7,20 +7,18 @@ commit match what the GitHub API (and, when there is one, the trusted triggering
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from ..gate.markdown import MARKER, render_markdown
+from .event import EventError, event_pr, read_event
 
 DEFAULT_API_URL = "https://api.github.com"
 TOKEN_VARIABLES = ("HFEXPORT_GITHUB_TOKEN", "GITHUB_TOKEN", "GH_TOKEN")
-MAX_REPORT_BYTES = 8 * 1024 * 1024
 BODY_LIMIT = 65000  # GitHub rejects comment bodies over 65,536 characters; keep a margin
 ACTIONS_BOT = "github-actions[bot]"  # the author of comments posted with a workflow's GITHUB_TOKEN
 FORK_HINT = (
@@ -55,33 +53,6 @@ class Outcome:
     url: str | None = None
 
 
-def _event(environ: Mapping[str, str]) -> dict[str, Any]:
-    path = environ.get("GITHUB_EVENT_PATH")
-    if not path or not Path(path).is_file():
-        return {}
-    try:
-        event = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise CommentError(f"cannot read GITHUB_EVENT_PATH {path}: {error}") from None
-    return event if isinstance(event, dict) else {}
-
-
-def _event_pr(event: dict[str, Any]) -> tuple[int | None, str | None, str | None]:
-    """PR number, head SHA and the URL of the run that made the report, as the triggering event states them."""
-    if isinstance(event.get("pull_request"), dict):
-        pr = event["pull_request"]
-        return pr.get("number"), (pr.get("head") or {}).get("sha"), None
-    run = event.get("workflow_run")
-    if isinstance(run, dict):
-        # GitHub leaves workflow_run.pull_requests empty for fork PRs; the number then comes from the report.
-        prs = [p for p in run.get("pull_requests") or [] if isinstance(p, dict)]
-        return (prs[0].get("number") if prs else None), run.get("head_sha"), run.get("html_url")
-    issue = event.get("issue")
-    if isinstance(issue, dict) and isinstance(issue.get("pull_request"), dict):  # a comment on a PR
-        return issue.get("number"), None, None
-    return None, None, None
-
-
 def resolve_target(
     environ: Mapping[str, str],
     *,
@@ -99,7 +70,10 @@ def resolve_target(
     token = token or next((environ[name] for name in TOKEN_VARIABLES if environ.get(name)), None)
     if not token:
         raise CommentError(f"no token: set one of {', '.join(TOKEN_VARIABLES)} (or pass --token)")
-    event_number, event_head, run_url = _event_pr(_event(environ))
+    try:
+        event_number, event_head, run_url = event_pr(read_event(environ))
+    except EventError as error:
+        raise CommentError(str(error)) from None
     if not run_url and environ.get("GITHUB_RUN_ID"):
         server = environ.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
         run_url = f"{server}/{repository}/actions/runs/{environ['GITHUB_RUN_ID']}"
@@ -115,29 +89,6 @@ def resolve_target(
 
 def _as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def load_report(path: Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str, Any]:
-    """Read and validate a JSON report (``report.json`` or the directory holding it), refusing oversized input."""
-    from ..gate.report import validate_report
-
-    path = path / "report.json" if path.is_dir() else path
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(max_bytes + 1)
-    except OSError as error:
-        raise CommentError(f"cannot read the report: {error}") from None
-    if len(raw) > max_bytes:
-        raise CommentError(f"{path} is over {max_bytes} bytes: refusing to read it")
-    try:
-        report = json.loads(raw)
-    except ValueError as error:
-        raise CommentError(f"{path} is not valid JSON: {error}") from None
-    errors = validate_report(report)
-    if errors:
-        shown = "; ".join(errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else "")
-        raise CommentError(f"{path} is not a valid hfexport report: {shown}")
-    return report
 
 
 def redact(text: str, token: str) -> str:

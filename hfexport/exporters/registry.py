@@ -1,0 +1,357 @@
+"""The workaround registry: every patch, fix, translation and lowering swap an exporter runs, keyed by who needs it.
+
+Kinds: a *patch* is a factory ``original -> replacement`` bound to dotted paths and installed only while one export
+runs; a *lowering swap* is a patch installed only around ExecuTorch lowering with ``fast_lowering`` (a speed-up, not
+a repair). A *fix* rewrites the traced artifact: a node fix is ``(graph_module, node) -> changed``, a program fix
+``(exported_program) -> changed``, an IR fix ``(onnx_ir.Model) -> changed``. An *ONNX translation* lowers one op
+with onnxscript.
+
+Every kind lives in one registry: a dict from key to workarounds in registration order. A key is a backend
+(``"dynamo"``, ``"onnx"``, ``"executorch"``) or one delegate of a backend (``"executorch.xnnpack"``); an export runs
+the keys its exporter's ``workaround_keys`` names, in that order (the one rule, for every backend: ``HfExporter``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from ..compat import UnresolvedPathError, resolve, resolve_path
+
+logger = logging.getLogger("hfexport")
+
+PATCH = "patch"
+LOWERING_SWAP = "lowering_swap"
+NODE_FIX = "fx_node_fix"
+PROGRAM_FIX = "fx_program_fix"
+ONNX_TRANSLATION = "onnx_translation"
+IR_FIX = "ir_fix"
+
+Keys = str | Sequence[str]
+
+
+@dataclass(frozen=True)
+class Workaround:
+    """One registered workaround, as listed by ``hfexport registry``."""
+
+    key: str  # a backend ("executorch"), or one of its delegates ("executorch.xnnpack")
+    kind: str
+    function: Callable
+    targets: tuple[str, ...] = ()  # dotted paths: what a patch replaces, the op a translation lowers
+
+    @property
+    def name(self) -> str:
+        return self.function.__name__
+
+    @property
+    def backend(self) -> str:
+        return self.key.partition(".")[0]
+
+    @property
+    def delegate(self) -> str | None:
+        return self.key.partition(".")[2] or None
+
+    @property
+    def reason(self) -> str:
+        return workaround_reason(self.function)
+
+    @property
+    def stage(self) -> str:
+        """The exporter stage that installs or runs this workaround, as ``"N name"``."""
+        internals = _BACKEND_INTERNALS.get(self.backend)
+        if self.kind == PATCH and internals and any(t.startswith(internals[0]) for t in self.targets):
+            return internals[1]
+        return _STAGES.get((self.backend, self.kind), "?")
+
+
+# Where each kind of workaround runs, per backend (the "# ── Stage N" banners of each exporter module).
+_STAGES = {
+    ("dynamo", PATCH): "2 model patches",
+    ("onnx", PATCH): "1 torch patches",
+    ("onnx", NODE_FIX): "3 FX node fixes",
+    ("onnx", ONNX_TRANSLATION): "4 ONNX translations",
+    ("onnx", IR_FIX): "5 ONNX IR fixes",
+    ("executorch", PATCH): "2 torch patches",
+    ("executorch", LOWERING_SWAP): "3 ExecuTorch patches",
+    ("executorch", PROGRAM_FIX): "4 FX program fixes",
+    ("executorch", NODE_FIX): "5 FX node fixes",
+}
+# Patches of a backend's own toolchain (rather than of torch ops) run in that backend's "internals" stage.
+_BACKEND_INTERNALS = {
+    "onnx": (("torch.onnx", "onnxscript", "onnx_ir"), "2 ONNX patches"),
+    "executorch": (("executorch",), "3 ExecuTorch patches"),
+}
+
+_REGISTRY: dict[str, list[Workaround]] = defaultdict(list)
+
+
+def _registering(key: str, kind: str, targets: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    def decorator(function: Callable) -> Callable:
+        _REGISTRY[key].append(Workaround(key, kind, function, targets))
+        return function
+
+    return decorator
+
+
+def register_patch(key: str, *paths: str) -> Callable[[Callable], Callable]:
+    """Register ``factory(original) -> replacement`` for every dotted path, installed during ``key``'s exports."""
+    if not paths:
+        raise ValueError("register_patch needs at least one dotted path")
+    return _registering(key, PATCH, paths)
+
+
+def register_lowering_swap(key: str, *paths: str) -> Callable[[Callable], Callable]:
+    """A patch installed only around ExecuTorch lowering, and only with ``fast_lowering``: a speed-up."""
+    if not paths:
+        raise ValueError("register_lowering_swap needs at least one dotted path")
+    return _registering(key, LOWERING_SWAP, paths)
+
+
+def register_fx_node_fix(key: str) -> Callable[[Callable], Callable]:
+    """Register ``fix(graph_module, node) -> changed`` run over every node of ``key``'s graphs."""
+    return _registering(key, NODE_FIX)
+
+
+def register_fx_program_fix(key: str) -> Callable[[Callable], Callable]:
+    """Register ``fix(exported_program) -> changed`` run once on ``key``'s programs."""
+    return _registering(key, PROGRAM_FIX)
+
+
+def register_onnx_translation(*ops: str) -> Callable[[Callable], Callable]:
+    """Register an onnxscript function as torch.onnx's lowering of the ops at these dotted paths."""
+    if not ops:
+        raise ValueError("register_onnx_translation needs at least one op path")
+    return _registering("onnx", ONNX_TRANSLATION, ops)
+
+
+def register_ir_fix(key: str) -> Callable[[Callable], Callable]:
+    """Register ``fix(onnx_ir.Model) -> changed`` run on the finished ONNX program."""
+    return _registering(key, IR_FIX)
+
+
+def registered(keys: Keys, kind: str) -> list[Workaround]:
+    """The workarounds of ``kind`` under ``keys``: key by key in the order given, each in registration order."""
+    keys = (keys,) if isinstance(keys, str) else keys
+    return [w for key in keys for w in _REGISTRY.get(key, ()) if w.kind == kind]
+
+
+def all_workarounds(backend: str | None = None) -> list[Workaround]:
+    """Every registered workaround; with ``backend``, that backend's own and its delegates'."""
+    return [w for items in _REGISTRY.values() for w in items if backend is None or w.backend == backend]
+
+
+def workaround_reason(function: Callable) -> str:
+    """The one-line *why* of a workaround: its first comment line, else its docstring's first line."""
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        source = ""
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            return stripped.lstrip("# ").strip()
+    doc = inspect.getdoc(function)
+    return doc.splitlines()[0] if doc else ""
+
+
+# ── Dotted-path resolution ──
+
+
+def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str, bool]]:
+    """Every (workaround, reason, model_absent) whose target path does not resolve in the installed packages.
+
+    ``model_absent``: the target is in a ``transformers.models.<type>`` package this transformers does not have (a
+    model newer or older than it), so the workaround is simply not needed here.
+    """
+    missing = []
+    for workaround in all_workarounds(backend):
+        for target in workaround.targets:
+            try:
+                resolve_path(target)
+            except UnresolvedPathError as error:
+                missing.append((workaround, str(error), _model_absent(target)))
+    return missing
+
+
+def _model_absent(path: str) -> bool:
+    parts = path.split(".")
+    if parts[:2] != ["transformers", "models"] or len(parts) < 3:
+        return False
+    return importlib.util.find_spec(".".join(parts[:3])) is None
+
+
+# ── Installing patches ──
+
+
+class TargetRecord(TypedDict):
+    """One workaround target in ``export.json``: the workaround, the key it was registered under, the dotted path."""
+
+    name: str
+    key: str
+    target: str
+
+
+@dataclass
+class PatchReport:
+    """What ``apply_patches`` (or a translation table) installed and what it could not find."""
+
+    installed: list[TargetRecord] = field(default_factory=list)
+    unresolved: list[TargetRecord] = field(default_factory=list)
+
+
+def merged_records(records: list[TargetRecord], more: list[TargetRecord]) -> list[TargetRecord]:
+    """``records``, then the records of ``more`` it lacks (a backend installs its patches twice: trace, lowering)."""
+    return records + [record for record in more if record not in records]
+
+
+def _record(workaround: Workaround, target: str) -> TargetRecord:
+    return {"name": workaround.name, "key": workaround.key, "target": target}
+
+
+@dataclass
+class _InstalledAttribute:
+    owner: Any
+    name: str
+    had_own: bool
+    original_raw: Any
+
+
+_active = threading.local()
+
+
+def _raw_attribute(owner: Any, name: str) -> tuple[bool, Any]:
+    """The attribute as stored (descriptor included) and whether ``owner`` defines it itself."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if name in vars(klass):
+                return klass is owner, vars(klass)[name]
+    return name in getattr(owner, "__dict__", {}), getattr(owner, name)
+
+
+def _unwrap_descriptor(raw: Any) -> Any:
+    """What a factory receives: the plain function behind a staticmethod/classmethod, a property as is."""
+    if isinstance(raw, (staticmethod, classmethod)):
+        return raw.__func__
+    return raw
+
+
+def _rewrap_descriptor(raw: Any, replacement: Any) -> Any:
+    """Give the replacement the same descriptor kind as the original unless the factory already chose one."""
+    if isinstance(replacement, (staticmethod, classmethod, property)):
+        return replacement
+    if isinstance(raw, staticmethod):
+        return staticmethod(replacement)
+    if isinstance(raw, classmethod):
+        return classmethod(replacement)
+    if isinstance(raw, property):
+        return property(replacement)
+    return replacement
+
+
+@contextlib.contextmanager
+def apply_patches(keys: Keys, report: PatchReport | None = None, kind: str = PATCH) -> Iterator[PatchReport]:
+    """Install the patches (or lowering swaps) of ``keys``, key by key; restore the originals on exit, in reverse.
+
+    A later key's patch of a path wraps an earlier key's. A key already installed by an enclosing call (a nested
+    export) is not installed twice.
+    """
+    report = report if report is not None else PatchReport()
+    active: set[tuple[str, str]] = _active.__dict__.setdefault("keys", set())
+    keys = (keys,) if isinstance(keys, str) else tuple(keys)
+    mine = [key for key in dict.fromkeys(keys) if (key, kind) not in active]
+    installed: list[_InstalledAttribute] = []
+    active.update((key, kind) for key in mine)
+    try:
+        for workaround in registered(mine, kind):
+            for path in workaround.targets:
+                try:
+                    owner, name = resolve_path(path)
+                except UnresolvedPathError as error:
+                    logger.warning("patch %s (%s) not installed: %s", workaround.name, workaround.key, error)
+                    report.unresolved.append(_record(workaround, path))
+                    continue
+                had_own, raw = _raw_attribute(owner, name)
+                replacement = _rewrap_descriptor(raw, workaround.function(_unwrap_descriptor(raw)))
+                setattr(owner, name, replacement)
+                installed.append(_InstalledAttribute(owner, name, had_own, raw))
+                report.installed.append(_record(workaround, path))
+        yield report
+    finally:
+        for item in reversed(installed):
+            if item.had_own:
+                setattr(item.owner, item.name, item.original_raw)
+            else:
+                delattr(item.owner, item.name)
+        active.difference_update((key, kind) for key in mine)
+
+
+def onnx_translation_table(keys: Keys, report: PatchReport | None = None) -> dict[Any, Callable]:
+    """torch.onnx's ``custom_translation_table``: each registered translation under the op its path resolves to."""
+    table = {}
+    for workaround in registered(keys, ONNX_TRANSLATION):
+        for path in workaround.targets:
+            try:
+                table[resolve(path)] = workaround.function
+            except UnresolvedPathError as error:
+                logger.warning("translation %s not installed: %s", workaround.name, error)
+                if report is not None:
+                    report.unresolved.append(_record(workaround, path))
+    return table
+
+
+# ── Running fixes ──
+
+
+def apply_node_fixes(keys: Keys, graph_module: Any, applied: list[str] | None = None) -> list[str]:
+    """Run every node fix of ``keys`` over every node, in registry order; return the fixes that changed one.
+
+    Two fixes changing the same node is a registry conflict: it is logged, never silently resolved by order.
+    """
+    applied = applied if applied is not None else []
+    fixes = registered(keys, NODE_FIX)
+    if not fixes:
+        return applied
+    changed_any = False
+    for node in list(graph_module.graph.nodes):
+        changed_by = []
+        for workaround in fixes:
+            if node.graph is None or node._erased:
+                break
+            if workaround.function(graph_module, node):
+                changed_by.append(workaround.name)
+        if len(changed_by) > 1:
+            logger.warning("node %s was rewritten by several fixes: %s", node.name, ", ".join(changed_by))
+        for name in changed_by:
+            if name not in applied:
+                applied.append(name)
+        changed_any = changed_any or bool(changed_by)
+    if changed_any:
+        graph_module.graph.eliminate_dead_code()
+        graph_module.graph.lint()
+        graph_module.recompile()
+    return applied
+
+
+def apply_program_fixes(keys: Keys, exported_program: Any, applied: list[str] | None = None) -> list[str]:
+    """Run every program fix of ``keys`` in registry order; return those that changed something."""
+    return _run_whole(registered(keys, PROGRAM_FIX), exported_program, applied)
+
+
+def apply_ir_fixes(keys: Keys, model: Any, applied: list[str] | None = None) -> list[str]:
+    """Run every ONNX IR fix of ``keys`` on ``model`` in registry order; return those that changed something."""
+    return _run_whole(registered(keys, IR_FIX), model, applied)
+
+
+def _run_whole(fixes: list[Workaround], artifact: Any, applied: list[str] | None) -> list[str]:
+    applied = applied if applied is not None else []
+    for workaround in fixes:
+        if workaround.function(artifact) and workaround.name not in applied:
+            applied.append(workaround.name)
+    return applied

@@ -1,0 +1,181 @@
+"""Model patches torch.export itself needs (key ``"dynamo"``): installed first around the trace of every backend.
+
+A patch here swaps model (or torch) code torch.export cannot trace, or cannot save, for an export-safe equivalent,
+for the duration of one export (``DynamoExporter``'s stage 2). Model patches only ONNX and ExecuTorch need are in
+``lowered.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..registry import register_patch
+
+
+@register_patch("dynamo", "torch.nn.functional.scaled_dot_product_attention")
+def _patch_sdpa_math_kernel_on_cpu(original: Callable) -> Callable:
+    # sam3 (dynamic image size): CPU SDPA's fused-kernel choice guards on data-dependent sizes, "Could not guard on
+    # data-dependent expression Eq(u0*u1, 16)"; the math kernel has no such check (upstream: torch's CPU sdp choice).
+    # Only then: the math kernel's output strides break later views when torch.onnx re-decomposes (t5 dynamic).
+    def scaled_dot_product_attention(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        tensors = [value for value in (query, *args, *kwargs.values()) if isinstance(value, torch.Tensor)]
+        if query.device.type != "cpu" or not any(free_unbacked_symbols(tensor.shape) for tensor in tensors):
+            return original(query, *args, **kwargs)
+        with sdpa_kernel(SDPBackend.MATH):
+            return original(query, *args, **kwargs)
+
+    return scaled_dot_product_attention
+
+
+@register_patch("dynamo", "transformers.masking_utils._vmap_expansion_sdpa")
+def _patch_mask_expansion_by_broadcast(_original: Callable) -> Callable:
+    # unlimited_ocr, gemma3/gemma4 VLMs, t5gemma2 (custom or/and mask functions): the torch.vmap mask expansion fails
+    # in torch.onnx's run_decompositions ("tensor may have escaped from inside a function being vmapped").
+    # Mask functions only index tensors with the four index grids, so broadcasting the grids is equivalent.
+    def expansion(mask_function: Callable) -> Callable:
+        def expanded(batch: torch.Tensor, head: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+            grid = (batch[:, None, None, None], head[None, :, None, None], q[None, None, :, None], kv[None, None, None])
+            return mask_function(*grid).expand(batch.shape[0], head.shape[0], q.shape[0], kv.shape[0])
+
+        return expanded
+
+    return expansion
+
+
+@register_patch("dynamo", "transformers.masking_utils.TransformGetItemToIndex")
+def _patch_mask_indexing_as_getitem(_original: Callable) -> Callable:
+    # t5gemma2 (vmap masks): indexing inside the mask functions becomes a ModIndex higher-order op that
+    # torch.export.save rejects ("Unsupported getattr attribute function_const_func_spec0"). Only vmap needs that
+    # op, and the broadcast expansion above replaces vmap, so plain indexing is equivalent.
+    return contextlib.nullcontext
+
+
+@register_patch("dynamo", "transformers.models.longcat_flash.modeling_longcat_flash.LongcatFlashExperts.forward")
+def _patch_longcat_experts_dense(_original: Callable) -> Callable:
+    # longcat_flash: the experts loop over the experts the router picked (nonzero, then .item()), a loop of
+    # data-dependent length ("Could not guard on data-dependent expression Eq(u0, 0)"); run every expert on every
+    # token and weight each result by its routing weight, zero where not picked (identity experts included).
+    def forward(
+        self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        routed = 0 if self.gate_up_proj is None else self.num_routed_experts
+        identities = hidden_states.expand(self.total_experts - routed, *hidden_states.shape)
+        if not routed:
+            return _weighted_by_routing(identities, top_k_index, top_k_weights)
+        gate, up = torch.einsum("th,eoh->eto", hidden_states, self.gate_up_proj[:routed]).chunk(2, dim=-1)
+        expert_outputs = torch.einsum("eti,ehi->eth", self.act_fn(gate) * up, self.down_proj)
+        return _weighted_by_routing(torch.cat([expert_outputs, identities]), top_k_index, top_k_weights)
+
+    return forward
+
+
+@register_patch("dynamo", "transformers.integrations.moe.ExpertsInterface._global_mapping")
+def _patch_eager_experts_as_batched_mm(original: dict[str, Callable]) -> dict[str, Callable]:
+    # openai_privacy_filter (its experts default to "eager"): the eager loop over the experts the router picked has
+    # a data-dependent length ("Could not guard on data-dependent expression Eq(u0, 0)"); batched_mm runs the same
+    # experts as batched matmuls (the other MoEs export their default grouped_mm).
+    return {**original, "eager": original["batched_mm"]}
+
+
+@register_patch("dynamo", "transformers.models.dbrx.modeling_dbrx.DbrxExperts.forward")
+def _patch_dbrx_experts_dense(_original: Callable) -> Callable:
+    # dbrx: its experts loop over the experts the router picked, a data-dependent loop (as longcat_flash's), and
+    # take no experts implementation to switch to: run every expert on every token, weighted by routing.
+    def forward(
+        self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        batch_size, tokens = hidden_states.shape[0], hidden_states.reshape(-1, self.hidden_size)
+        shape = (self.num_experts, self.ffn_hidden_size, self.hidden_size)
+        gate = torch.einsum("th,efh->etf", tokens, self.mlp.w1.view(shape))
+        up = torch.einsum("th,efh->etf", tokens, self.mlp.v1.view(shape))
+        expert_outputs = torch.einsum("etf,efh->eth", self.mlp.activation_fn(gate) * up, self.mlp.w2.view(shape))
+        return _weighted_by_routing(expert_outputs, top_k_index, top_k_weights).view(batch_size, -1, self.hidden_size)
+
+    return forward
+
+
+def _weighted_by_routing(
+    expert_outputs: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """Each token's sum of (experts, tokens, hidden) outputs weighted by its routing weights (zero where not picked)."""
+    weights = top_k_weights.new_zeros(top_k_index.shape[0], expert_outputs.shape[0])
+    weights = weights.scatter_add(1, top_k_index, top_k_weights)
+    return torch.einsum("te,eth->th", weights, expert_outputs.to(weights.dtype)).to(expert_outputs.dtype)
+
+
+_NLLB_MOE = "transformers.models.nllb_moe.modeling_nllb_moe"
+
+
+@register_patch("dynamo", f"{_NLLB_MOE}.NllbMoeTop2Router._cast_classifier")
+def _patch_nllb_moe_router_cast_when_needed(original: Callable) -> Callable:
+    # nllb_moe (sparse layers): the router's .to(router_dtype) in forward fails on traced weights ("Couldn't swap
+    # Linear.weight": Module.to swaps fake parameters even when the dtype already matches); cast only when it differs.
+    def _cast_classifier(self: Any) -> None:
+        if self.classifier.weight.dtype != self.dtype:
+            original(self)
+
+    return _cast_classifier
+
+
+@register_patch("dynamo", f"{_NLLB_MOE}.math")
+def _patch_nllb_moe_ceil_as_sym_ite(original: types.ModuleType) -> Any:
+    # nllb_moe (sparse layers): torch.export.save cannot serialize the expert capacity's math.ceil of the token count
+    # ("Failed serializing node ceil"; nor floor, for -(-x // 1)): the same ceiling of a size from trunc and sym_ite.
+    def ceil(value: Any) -> Any:
+        if not isinstance(value, torch.SymFloat):
+            return original.ceil(value)
+        truncated = torch.sym_int(value)
+        return torch.sym_ite(value > truncated, truncated + 1, truncated)
+
+    return types.SimpleNamespace(**{**vars(original), "ceil": ceil})
+
+
+@register_patch("dynamo", f"{_NLLB_MOE}.NllbMoeExperts.forward")
+def _patch_nllb_moe_experts_dense(_original: Callable) -> Callable:
+    # nllb_moe (sparse layers): the experts loop over the experts hit (nonzero), a data-dependent loop as dbrx's: run
+    # every expert on every token, each weighted by the router probabilities of the pairs its mask selects.
+    def forward(self: Any, hidden_states: torch.Tensor, router_mask: torch.Tensor, router_probs: torch.Tensor) -> Any:
+        expert_mask = torch.nn.functional.one_hot(router_mask, num_classes=self.num_experts).permute(2, 1, 0)
+        weights = torch.einsum("ejt,tj->te", expert_mask.to(router_probs.dtype), router_probs)
+        outputs = torch.stack([self[f"expert_{index}"](hidden_states) for index in range(self.num_experts)])
+        if self.moe_token_dropout > 0:
+            outputs = self.token_dropout(outputs) if self.training else outputs * (1 - self.moe_token_dropout)
+        return torch.einsum("te,eth->th", weights, outputs.to(weights.dtype)).to(hidden_states.dtype)
+
+    return forward
+
+
+_MIMI, _ENCODEC = "transformers.models.mimi.modeling_mimi", "transformers.models.encodec.modeling_encodec"
+_POCKET_TTS = "transformers.models.pocket_tts_audio_tokenizer.modeling_pocket_tts_audio_tokenizer"
+
+
+@register_patch(
+    "dynamo",
+    f"{_MIMI}.MimiConv1d.forward",
+    f"{_ENCODEC}.EncodecConv1d.forward",
+    f"{_POCKET_TTS}.PocketTTSAudioTokenizerConv1d.forward",
+)
+def _patch_conv1d_padding_from_sizes(original: Callable) -> Callable:
+    # mimi, encodec, pocket_tts codecs: the padding comes from int64 buffers and torch.ceil, so every pad size is
+    # read from a tensor ("Could not guard on data-dependent expression Eq(u26 + u27, ...)"); the same sizes in
+    # integer arithmetic on the conv's own kernel, stride and dilation.
+    def forward(self: Any, hidden_states: torch.Tensor, padding_cache: Any = None) -> torch.Tensor:
+        if padding_cache is not None:
+            return original(self, hidden_states, padding_cache)
+        conv = self.conv
+        kernel = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1
+        stride, length = conv.stride[0], hidden_states.shape[-1]
+        total = kernel - stride
+        extra = -((kernel - total - length) // stride) * stride + kernel - total - length  # to a whole last frame
+        left, right = (total, extra) if self.causal else (total - total // 2, total // 2 + extra)
+        hidden_states = conv(self._pad1d(hidden_states, (left, right), mode=self.pad_mode))
+        return self.norm(hidden_states) if getattr(self, "norm_type", None) == "time_group_norm" else hidden_states
+
+    return forward

@@ -1,0 +1,201 @@
+"""ONNX workarounds (key ``"onnx"``): torch.onnx patches, FX node fixes, onnxscript translations and IR fixes.
+
+Sections follow ``OnnxExporter``'s stages: 2 ONNX patches, 3 FX node fixes, 4 ONNX translations, 5 ONNX IR fixes.
+Stage 1's model patches are in ``lowered.py``: ExecuTorch needs each of them as well.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from typing import Any
+
+import onnx_ir as ir
+import torch
+from onnxscript import opset18 as op
+from torch._prims_common import is_contiguous_or_false
+from torch.export import ExportedProgram
+
+from ... import compat
+from ..registry import (
+    apply_node_fixes,
+    register_fx_node_fix,
+    register_ir_fix,
+    register_onnx_translation,
+    register_patch,
+)
+from ..utils import export_stage
+
+# ── ONNX patches (stage 2) ──
+
+# Fix names applied by the hook during the current export (the hook is a module-level patch, not a closure).
+_APPLIED_FIXES: contextvars.ContextVar[list[str]] = contextvars.ContextVar("hfexport_onnx_applied_fixes")
+
+
+@register_patch("onnx", "torch.onnx._internal.exporter._core._prepare_exported_program_for_export")
+def _patch_refix_after_decompositions(original: Callable[..., ExportedProgram]) -> Callable[..., ExportedProgram]:
+    # Nodes that run_decompositions creates bypass the stage 3 fixes run on the traced graph: re-run them here.
+    def prepare(exported_program: ExportedProgram, *, registry: Any) -> ExportedProgram:
+        with export_stage("onnx", 2, "ONNX patches"):
+            decomposed = original(exported_program, registry=registry)
+            apply_node_fixes("onnx", decomposed.graph_module, _APPLIED_FIXES.get([]))
+        return decomposed
+
+    return prepare
+
+
+# ── FX node fixes (stage 3) ──
+
+
+def _fake_value(node: Any) -> torch.Tensor | None:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+@register_fx_node_fix("onnx")
+def _fix_reshape_of_strided_view(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # T5 reshapes a transposed attention output: decomposing reshape with backed_size_oblivious picks an invalid view.
+    if node.op != "call_function" or node.target is not torch.ops.aten.reshape.default:
+        return False
+    source = node.args[0]
+    value = _fake_value(source)
+    if value is None or value.dim() < 2:
+        return False
+    if is_contiguous_or_false(value):
+        return False
+    _read_contiguous_copy(graph_module, node, source)
+    return True
+
+
+def _read_contiguous_copy(graph_module: torch.fx.GraphModule, node: torch.fx.Node, source: torch.fx.Node) -> None:
+    """Make ``node`` read a contiguous clone of its input ``source`` instead of ``source`` itself."""
+    with graph_module.graph.inserting_before(node):
+        contiguous = graph_module.graph.call_function(
+            torch.ops.aten.clone.default, (source,), {"memory_format": torch.contiguous_format}
+        )
+    value = _fake_value(source)
+    if value is not None:
+        contiguous.meta["val"] = value.clone(memory_format=torch.contiguous_format)
+    node.replace_input_with(source, contiguous)
+
+
+@register_fx_node_fix("onnx")
+def _fix_contiguous_as_clone(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # sam3 (DETR decoder cross-attention): torch.onnx's decomposition passes disagree on SDPA's output layout, so a
+    # .contiguous() dropped as a no-op in one pass leaves a view of a transposed tensor in the next; clone always stays.
+    if node.op != "call_function" or node.target is not torch.ops.aten.contiguous.default:
+        return False
+    value = _fake_value(node.args[0])
+    if value is None or is_contiguous_or_false(value):
+        return False
+    node.target, node.kwargs = torch.ops.aten.clone.default, {"memory_format": torch.contiguous_format}
+    return True
+
+
+@register_fx_node_fix("onnx")
+def _fix_view_of_transpose(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # A view (or reshape) of a transposed SDPA output is traced against one kernel's layout and torch.onnx
+    # re-decomposes with another ("Cannot view a tensor": jetmoe; T5 on transformers 5.22): read a contiguous copy,
+    # an Identity in ONNX.
+    if node.op != "call_function" or node.target not in (torch.ops.aten.view.default, torch.ops.aten.reshape.default):
+        return False
+    source = node.args[0]
+    transposes = (torch.ops.aten.transpose.int, torch.ops.aten.permute.default)
+    if not isinstance(source, torch.fx.Node) or source.target not in transposes:
+        return False
+    _read_contiguous_copy(graph_module, node, source)
+    return True
+
+
+@register_fx_node_fix("onnx")
+def _fix_squeeze_of_non_unit_dim(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # parakeet TDT (joint output): squeeze(2) of a dim of size 7 is a no-op in torch, but becomes an ONNX Squeeze that
+    # the checker rejects ("Dimension of input 2 must be 1 instead of 7"); drop the dims that are statically not 1.
+    if node.op != "call_function" or node.target not in (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims):
+        return False
+    value = _fake_value(node.args[0])
+    if value is None:
+        return False
+    dims = list(node.args[1]) if isinstance(node.args[1], list | tuple) else [node.args[1]]
+    kept = [dim for dim in dims if not (isinstance(value.shape[dim], int) and value.shape[dim] != 1)]
+    if len(kept) == len(dims):
+        return False
+    if kept:
+        node.target, node.args = torch.ops.aten.squeeze.dims, (node.args[0], kept)
+    else:
+        node.replace_all_uses_with(node.args[0])
+        graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("onnx")
+def _fix_rsub_of_integer_tensor(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # prophetnet's `1.0 - int_mask`: torch's decomposition of aten.rsub.Scalar(integer tensor, float) finds no aten.sub
+    # overload ("Cannot find a compatible OpOverload"); cast the tensor to the promoted float dtype first.
+    if node.op != "call_function" or node.target is not torch.ops.aten.rsub.Scalar:
+        return False
+    source, scalar = node.args[0], node.args[1]
+    value = _fake_value(source)
+    if value is None or value.is_floating_point() or value.is_complex() or not isinstance(scalar, float):
+        return False
+    dtype = torch.result_type(value, scalar)
+    with graph_module.graph.inserting_before(node):
+        cast = graph_module.graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype})
+    cast.meta["val"] = value.to(dtype)
+    node.replace_input_with(source, cast)
+    return True
+
+
+# ── ONNX translations (stage 4) ──
+
+
+@register_onnx_translation("operator.floordiv")
+def _aten_sym_floordiv(self: Any, other: Any) -> Any:
+    # torchlib lowers SymInt `//` to Div, which truncates: the ceil-div idiom -(-n // k) (minimax_m3_vl) is off by one.
+    return op.Div(op.Sub(self, op.Mod(self, other)), other)
+
+
+# Importing transformers.integrations.moe defines torch.ops.transformers.grouped_mm_fallback, when it has one.
+compat.internal("transformers.integrations.moe")
+
+
+@register_onnx_translation("torch.ops.transformers.grouped_mm_fallback.default")
+def _aten_grouped_mm(mat_a: Any, mat_b: Any, offs: Any) -> Any:
+    # MoE experts (mixtral, qwen2_moe, ...) run transformers::grouped_mm_fallback, which torchlib cannot lower.
+    # Rows are sorted by expert and offs holds cumulative row counts: every expert runs on every row, each row keeps
+    # its own expert's result (rows past offs[-1] stay zero, as in the fallback).
+    offs = op.Cast(offs, to=ir.DataType.INT64)
+    rows = op.Range(op.Constant(value_int=0), op.Squeeze(op.Shape(mat_a, start=0, end=1)), op.Constant(value_int=1))
+    row_ends_before = op.GreaterOrEqual(op.Unsqueeze(rows, [1]), op.Unsqueeze(offs, [0]))
+    expert = op.ReduceSum(op.Cast(row_ends_before, to=ir.DataType.INT64), [1], keepdims=0)
+    last_expert = op.Sub(op.Shape(mat_b, start=0, end=1), op.Constant(value_ints=[1]))
+    every_expert = op.MatMul(op.Unsqueeze(mat_a, [0]), mat_b)  # (experts, rows, out)
+    index = op.Expand(op.Unsqueeze(op.Min(expert, last_expert), [0, 2]), op.Shape(every_expert))
+    picked = op.Squeeze(op.GatherElements(every_expert, op.Slice(index, [0], [1], [0]), axis=0), [0])
+    in_a_group = op.Unsqueeze(op.Less(rows, op.Slice(offs, [-1], [9223372036854775807])), [1])
+    return op.Where(in_a_group, picked, op.CastLike(op.Constant(value_float=0.0), picked))
+
+
+# ── ONNX IR fixes (stage 5) ──
+
+
+@register_ir_fix("onnx")
+def _fix_ir_bool_where(model: ir.Model) -> bool:
+    # onnxruntime's CPU provider has no Where kernel for BOOL data (masked_fill/where on a bool mask): use logic ops.
+    changed = False
+    for node in list(ir.traversal.RecursiveGraphIterator(model.graph)):
+        if node.op_type != "Where" or node.domain not in ("", "ai.onnx") or node.outputs[0].dtype != ir.DataType.BOOL:
+            continue
+        condition, if_true, if_false = node.inputs
+        negated = ir.node("Not", [condition])
+        kept_true = ir.node("And", [condition, if_true])
+        kept_false = ir.node("And", [negated.outputs[0], if_false])
+        merged = ir.node("Or", [kept_true.outputs[0], kept_false.outputs[0]])
+        old, new = node.outputs[0], merged.outputs[0]
+        new.shape, new.type = old.shape, old.type
+        node.graph.insert_before(node, [negated, kept_true, kept_false, merged])
+        ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+        node.graph.remove(node, safe=True)
+        new.name = old.name
+        changed = True
+    return changed

@@ -1,0 +1,31 @@
+"""Tiny, seeded, random-weight transformers models and matching sample inputs.
+
+Everything is built from config classes: nothing is downloaded. The package reads in this order:
+
+- ``tables``: the tiny sizes, the config keys they replace, per-type overrides, alternate configs.
+- ``classes``: model types and class names to model classes.
+- ``configs``: tiny configs, default configs shrunk or a transformers checkout's ModelTester configs.
+- ``models``: tiny models built from them, and models saved with ``save_pretrained``.
+- ``inputs``: sample inputs, put together by a registry of input builders.
+"""
+
+from .classes import UnknownModelError, all_model_types, model_classes_for_type, resolve_model_class
+from .configs import tester_config, tiny_config
+from .inputs import sample_inputs
+from .models import load_local_model, tiny_model
+from .tables import ALTERNATE_CONFIGS, CORE_MODEL_TYPES, HIDDEN
+
+__all__ = [
+    "ALTERNATE_CONFIGS",
+    "CORE_MODEL_TYPES",
+    "HIDDEN",
+    "UnknownModelError",
+    "all_model_types",
+    "load_local_model",
+    "model_classes_for_type",
+    "resolve_model_class",
+    "sample_inputs",
+    "tester_config",
+    "tiny_config",
+    "tiny_model",
+]

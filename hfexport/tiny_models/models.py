@@ -1,0 +1,41 @@
+"""Tiny seeded models: a model class built from its tiny config, and models saved with ``save_pretrained``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, PreTrainedModel
+
+from .classes import resolve_model_class
+from .configs import tiny_config
+
+
+def tiny_model(
+    name: str, seed: int = 0, checkout: Path | None = None, overrides: dict[str, Any] | None = None
+) -> PreTrainedModel:
+    """Build a seeded, random-weight, float32 tiny model in eval mode (``overrides``: see ``tiny_config``)."""
+    model_class = resolve_model_class(name)
+    config = tiny_config(model_class.__name__, checkout=checkout, overrides=overrides)
+    torch.manual_seed(seed)
+    try:
+        model = model_class(config)
+    except ValueError as error:
+        # A sub-model (a vision backbone, a codec) may lack SDPA even where the outer class supports it.
+        if "attention implementation" not in str(error) or config._attn_implementation == "eager":
+            raise
+        config._attn_implementation = "eager"
+        torch.manual_seed(seed)
+        model = model_class(config)
+    return model.to(torch.float32).eval()
+
+
+def load_local_model(directory: Path) -> PreTrainedModel:
+    """A model saved with ``save_pretrained``: the class its config names under ``architectures``, in eval mode."""
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory} has no config.json: not a save_pretrained model directory")
+    config = AutoConfig.from_pretrained(directory)
+    architectures = getattr(config, "architectures", None) or []
+    model_class = resolve_model_class(architectures[0] if architectures else config.model_type)
+    return model_class.from_pretrained(directory).to(torch.float32).eval()

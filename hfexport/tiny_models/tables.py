@@ -1,0 +1,269 @@
+"""The data the tiny-model builder works from: tiny sizes, the config keys they replace, per-type fixes.
+
+Making another model type build is usually an entry here (an override, a cap, a key in a set), not code elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The architectures every backend must export and round-trip (one per family the exporters treat differently).
+CORE_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "gemma",
+    "gpt2",
+    "bert",
+    "roberta",
+    "t5",
+    "bart",
+    "vit",
+    "resnet",
+    "wav2vec2",
+    "whisper",
+    "clip",
+)
+
+# ── Tiny sizes ──
+HIDDEN = 32
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+INTERMEDIATE = 64
+LAYERS = 2
+VOCAB = 128
+MAX_POSITIONS = 512
+IMAGE_SIZE = 32
+PATCH_SIZE = 8
+FRAMES = 4
+EXPERTS = 4
+EXPERTS_PER_TOKEN = 2
+
+# ── Model classes ──
+# Task heads in the order that picks a model type's default class; the base model comes last.
+DEFAULT_HEAD_MAPPINGS = (
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_CTC_MAPPING_NAMES",
+    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+)
+# Heads listed by model_classes_for_type: the default ones plus multimodal generation.
+MAIN_HEAD_MAPPINGS = (
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "MODEL_FOR_CTC_MAPPING_NAMES",
+    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+)
+
+# ── Config keys and their tiny values ──
+HIDDEN_KEYS = frozenset(
+    {
+        "hidden_size",
+        "d_model",
+        "n_embd",
+        "n_embed",
+        "embed_dim",
+        "emb_dim",
+        "dim",
+        "d_latents",
+        "word_embed_proj_dim",
+        "embedding_size",
+        "embedding_dim",
+        "projection_dim",
+        "classifier_proj_size",
+        "xvector_output_dim",
+        "codevector_dim",
+        "proj_codevector_dim",
+    }
+)
+INTERMEDIATE_KEYS = frozenset({"ffn_dim", "d_ff", "n_inner", "hidden_dim"})
+LAYER_KEYS = frozenset({"num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers"})
+HEAD_KEYS = frozenset({"n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"})
+KV_HEAD_KEYS = frozenset({"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"})
+HEAD_DIM_KEYS = frozenset(
+    {
+        "head_dim",
+        "d_kv",
+        "kv_channels",
+        "rotary_dim",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "swa_head_dim",
+    }
+)
+LORA_RANK_KEYS = frozenset({"kv_lora_rank", "q_lora_rank"})
+EXPERT_KEYS = frozenset({"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"})
+EXPERTS_PER_TOKEN_KEYS = frozenset({"num_experts_per_tok", "moe_top_k", "moe_topk", "moe_k", "num_selected_experts"})
+# Grouped routing (DeepSeek-style) needs experts divisible by groups: one group keeps it trivially true.
+ONE_KEYS = frozenset({"n_group", "topk_group", "n_shared_experts", "first_k_dense_replace", "zero_expert_num"})
+EXACT_CAPS = (
+    (HIDDEN_KEYS, HIDDEN),
+    (INTERMEDIATE_KEYS, INTERMEDIATE),
+    (LAYER_KEYS, LAYERS),
+    (HEAD_KEYS, HEADS),
+    # Grouped-query attention even where the full-size model is multi-head; multi-query stays as is.
+    (KV_HEAD_KEYS, KV_HEADS),
+    (HEAD_DIM_KEYS, HEAD_DIM),
+    (LORA_RANK_KEYS, 2 * HEAD_DIM),
+    (EXPERT_KEYS, EXPERTS),
+    (EXPERTS_PER_TOKEN_KEYS, EXPERTS_PER_TOKEN),
+    (ONE_KEYS, 1),
+)
+# Families of keys named by their ending ("vision_hidden_size", "shape_vocab_size", ...): (suffixes, cap).
+SUFFIX_CAPS = (
+    (("hidden_size", "_embed_dim", "_emb_dim", "_emb_size", "_embedding_dim", "_embedding_size"), HIDDEN),
+    (("intermediate_size", "_ffn_dim", "_inner_dim"), INTERMEDIATE),
+    (("num_hidden_layers", "_num_layers", "num_encoder_layers", "num_decoder_layers"), LAYERS),
+    (("num_attention_heads", "_num_heads", "_attention_heads"), HEADS),
+    (("_num_key_value_heads",), KV_HEADS),
+    (("vocab_size",), VOCAB),
+)
+CAPS = {
+    "max_position_embeddings": MAX_POSITIONS,
+    "n_positions": MAX_POSITIONS,
+    "max_source_positions": 32,
+    "max_target_positions": 64,
+    "num_mel_bins": 16,
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 2,
+    "num_codevectors_per_group": 8,
+    "image_size": IMAGE_SIZE,
+    "crop_size": IMAGE_SIZE,
+    "patch_size": PATCH_SIZE,
+    # Video encoders: frames as a multiple of the tubelet's 2 frames.
+    "num_frames": FRAMES,
+    "frames_per_clip": FRAMES,
+    "window_size": 4,
+    # DETR-like two-stage decoders pick their queries by top-k over the few encoder tokens of a tiny image.
+    "num_queries": 8,
+    # Spectrogram transformers (AST) take exactly max_length frames.
+    "max_length": 64,
+    "mamba_d_head": HEAD_DIM,
+    "mamba_d_state": 16,
+    "state_size": 16,
+    "mamba_chunk_size": 32,
+    "chunk_size": 32,
+    # Depthwise upsampling convs (mimi, pocket_tts) have one group per hidden channel.
+    "upsample_groups": HIDDEN,
+}
+# Channel widths of conv feature extractors, and of resnet-like stages (which widen stage by stage).
+CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim"})
+STAGE_WIDTH_LIST_KEYS = frozenset({"hidden_sizes", "embed_dim", "embedding_dims"})
+DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
+# Switches that would need optional dependencies or downloads (timm, pretrained backbones).
+FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
+# Config entries that are bookkeeping, not architecture: the constructor sets them itself.
+SKIPPED_KEYS = frozenset({"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype"})
+# Per model type, what generic shrinking cannot derive (applies to sub-configs of that type too).
+OVERRIDES: dict[str, dict[str, Any]] = {
+    # The attention pattern is expanded from (pattern, repeats) pairs to one entry per layer.
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    # Stage i reads the i-th drop-path rate of its own blocks: stage i needs at least i + 1 blocks.
+    "cvt": {"depth": [1, 2, 3]},
+    # The 2D layout embeddings are six slices of hidden_size // 6 that must add back up to hidden_size.
+    "lilt": {"hidden_size": 48},
+    # Likewise four coordinate and two shape embeddings.
+    "layoutlmv3": {"hidden_size": 48, "coordinate_size": 8, "shape_size": 8},
+    # The axial position embedding halves must add up to hidden_size.
+    "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2]},
+    # The block pattern repeats over the layers: two layers must still contain an attention block.
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    # Group norms over the narrowest tiny stage (16 channels).
+    "bit": {"num_groups": 8},
+    # Hybrid stacks: two layers must still hold an attention layer, where the cache measures its length.
+    "bamba": {"attn_layer_indices": [1]},
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    "kimi_linear": {"layer_types": ["linear_attention", "full_attention"]},
+    "glm5_next_text": {"layer_types": ["linear_attention", "full_attention"]},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    # Hybrid layers share one transformer block, tied from the first hybrid layer to the others: two of them. Its
+    # attention reads the hidden states concatenated with the embeddings: twice the width.
+    "zamba": {
+        "num_hidden_layers": 3,
+        "layers_block_type": ["linear_attention", "hybrid", "hybrid"],
+        "attention_hidden_size": 2 * HIDDEN,
+    },
+    # Two layers cannot both produce and reuse the key/values of each attention kind; the per-layer embeddings
+    # have their own vocabulary (262144 entries of 256 per layer: 134M parameters).
+    "gemma3n_text": {"num_kv_shared_layers": 0, "vocab_size_per_layer_input": VOCAB},
+    # Settings the default configs leave to checkpoints, without which the model does not build or run.
+    "falcon_h1": {"mamba_d_ssm": 2 * HIDDEN},
+    "nemotron_h": {"n_groups": 1},
+    "dots1": {"n_routed_experts": EXPERTS, "n_shared_experts": 1},
+    # One expert by default: routing degenerates (histc over a single bin whose min equals its max).
+    "hunyuan_v1_moe": {"num_experts": EXPERTS, "moe_topk": EXPERTS_PER_TOKEN},
+    "dbrx": {"attn_config": {"kv_n_heads": 1, "rope_theta": 10000.0, "clip_qkv": 8.0}},
+    "esm": {"pad_token_id": 1},
+    "xmod": {"default_language": "en_XX"},
+    # Its layer count is stored as n_layers, which the constructor does not accept (the generic cap cannot reach it).
+    "inkling_vision": {"num_hidden_layers": LAYERS},
+    # SAM's image embeddings meet the prompt embeddings (hidden_size wide, positions as sin/cos pairs).
+    "sam_vision_model": {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2},
+    "sam_hq_vision_model": {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2},
+    "sam_hq_mask_decoder": {"vit_dim": HIDDEN},
+    # SAM 2's Hiera stages double their width and the FPN lists them deepest first, with their feature map sizes (a
+    # 32-pixel image at strides 4, 8, 16); a global-attention block must not open a pooled stage (its window // the
+    # stride is 0); prompts are laid on the stride-16 image embeddings.
+    "sam2_hiera_det_model": {
+        "embed_dim_per_stage": [HIDDEN, 2 * HIDDEN, 4 * HIDDEN, 8 * HIDDEN],
+        "num_attention_heads_per_stage": [1, 2, 4, 8],
+        "blocks_per_stage": [1, 1, 2, 1],
+        "global_attention_blocks": [3],
+        "window_size_per_stage": [4, 4, 4, 2],
+    },
+    "sam2_vision_model": {
+        "backbone_channel_list": [8 * HIDDEN, 4 * HIDDEN, 2 * HIDDEN, HIDDEN],
+        "backbone_feature_sizes": [[8, 8], [4, 4], [2, 2]],
+    },
+    "sam2_prompt_encoder": {"patch_size": 16},
+    # The first stage reads the stem's channels.
+    "textnet": {"stem_out_channels": 16},
+    # Four stride-2 convs embed the patches: 16 pixels whatever patch_size says, but attention biases use it.
+    "levit": {"patch_size": 16},
+    # The top conv widens to round_filters(1280) whatever the stage widths; its norm reads hidden_dim.
+    "efficientnet": {"hidden_dim": 2560},
+    # Five stride-2 stages leave 1x1 of a 32-pixel image, too small for the last stage's 2x2 patches.
+    "mobilevitv2": {"image_size": 64},
+    # Probabilistic forecasters have no default horizon; one time feature (e.g. age) per step; autoformer's
+    # decoder starts from the last label_length steps of the context.
+    "autoformer": {"prediction_length": 4, "num_time_features": 1, "label_length": 2},
+    "informer": {"prediction_length": 4, "num_time_features": 1},
+    "time_series_transformer": {"prediction_length": 4, "num_time_features": 1},
+}
+
+# ── Alternate configs ──
+# A second tiny config for a representative class of each family: constructor arguments applied on top of the shrunk
+# config (``tiny_model(name, overrides=ALTERNATE_CONFIGS[name])``) that take other code paths of the same model.
+# Sliding windows stay shorter than sample_inputs' 7 tokens, so the window masks something.
+ALTERNATE_CONFIGS: dict[str, dict[str, Any]] = {
+    "LlamaForCausalLM": {"tie_word_embeddings": True, "num_hidden_layers": 3},
+    "MistralForCausalLM": {"sliding_window": 4},
+    "Gemma3ForCausalLM": {
+        "num_hidden_layers": 3,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+    },
+    # BERT as a decoder: causal mask and a key/value cache.
+    "BertModel": {"is_decoder": True, "type_vocab_size": 4},
+    "ViTModel": {"image_size": 48, "patch_size": 16, "num_channels": 1},
+    # Untied T5 (mT5, Flan-T5) skips the decoder output scaling; gated-gelu doubles the feed-forward input projection.
+    "T5ForConditionalGeneration": {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+    # Every second layer sparse (the default, every fourth, leaves two layers without a router or experts).
+    "NllbMoeForConditionalGeneration": {"encoder_sparse_step": 2, "decoder_sparse_step": 2, "expert_capacity": 16},
+}
+
+# ── Sample inputs ──
+# Audio LMs that stack their codebooks into the batch: (batch * num_codebooks, sequence) ids.
+CODEBOOK_STACKED_TYPES = ("musicgen_decoder", "musicgen_melody_decoder")
+# Where audio encoders keep their feature width per frame: the first one set wins.
+FEATURE_SIZE_KEYS = ("feature_projection_input_dim", "num_mel_bins", "input_feat_per_channel", "feature_size")
