@@ -9,7 +9,8 @@ import torch
 
 from hfexport import compat
 from hfexport.exporters import AutoExportConfig, AutoHfExporter
-from hfexport.exporters.exporter_dynamo import _patch_rotary_frequencies_as_cos_sin, _patch_sdpa_math_kernel_on_cpu
+from hfexport.exporters.workarounds.dynamo import _patch_sdpa_math_kernel_on_cpu
+from hfexport.exporters.workarounds.lowered import _patch_rotary_frequencies_as_cos_sin
 from hfexport.gate import checks
 from hfexport.gate.blame import blame
 

@@ -67,6 +67,7 @@ def _compat_check_script():
     return module
 
 
+@pytest.mark.xdist_group("wheels")  # one download of a release's wheel at a time
 def test_an_older_release_exports_with_the_missing_internal_turned_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -127,6 +127,7 @@ def _write_results(results: Path) -> None:
         (results / VERSION / run / "report.json").write_text(json.dumps(report))
 
 
+@pytest.mark.xdist_group("wheels")  # one download of a release's wheel at a time
 def test_checkout_from_wheel_and_render(tmp_path: Path) -> None:
     compat = _script()
     checkout = compat.make_checkout(VERSION, tmp_path / "checkout", compat.DEFAULT_WHEEL_DIR)
@@ -170,6 +171,7 @@ def test_bad_version_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("wheels")  # one download of a release's wheel at a time
 def test_run_end_to_end(tmp_path: Path) -> None:
     compat = _script()
     results, doc = tmp_path / "results", tmp_path / "compatibility.md"
@@ -188,6 +190,7 @@ def test_run_end_to_end(tmp_path: Path) -> None:
     assert f"| {VERSION} | dynamo | " in text
 
 
+@pytest.mark.xdist_group("wheels")  # one download of a release's wheel at a time
 def test_ci_releases_around_the_pin_have_no_tool_errors(tmp_path: Path) -> None:
     """CI's drift guard: the release before the pin and the newest one, representative set on dynamo and onnx."""
     compat = _script()
