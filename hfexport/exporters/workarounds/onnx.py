@@ -52,21 +52,6 @@ def _fake_value(node: Any) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
-@register_fx_node_fix("onnx")
-def _fix_reshape_of_strided_view(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    # T5 reshapes a transposed attention output: decomposing reshape with backed_size_oblivious picks an invalid view.
-    if node.op != "call_function" or node.target is not torch.ops.aten.reshape.default:
-        return False
-    source = node.args[0]
-    value = _fake_value(source)
-    if value is None or value.dim() < 2:
-        return False
-    if is_contiguous_or_false(value):
-        return False
-    _read_contiguous_copy(graph_module, node, source)
-    return True
-
-
 def _read_contiguous_copy(graph_module: torch.fx.GraphModule, node: torch.fx.Node, source: torch.fx.Node) -> None:
     """Make ``node`` read a contiguous clone of its input ``source`` instead of ``source`` itself."""
     with graph_module.graph.inserting_before(node):
@@ -95,8 +80,7 @@ def _fix_contiguous_as_clone(graph_module: torch.fx.GraphModule, node: torch.fx.
 @register_fx_node_fix("onnx")
 def _fix_view_of_transpose(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # A view (or reshape) of a transposed SDPA output is traced against one kernel's layout and torch.onnx
-    # re-decomposes with another ("Cannot view a tensor": jetmoe; T5 on transformers 5.22): read a contiguous copy,
-    # an Identity in ONNX.
+    # re-decomposes with another ("Cannot view a tensor": t5, jetmoe): read a contiguous copy, an Identity in ONNX.
     if node.op != "call_function" or node.target not in (torch.ops.aten.view.default, torch.ops.aten.reshape.default):
         return False
     source = node.args[0]
