@@ -5,7 +5,6 @@ transformers checkout that lacks one of them still exports (the feature is off a
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support import load_script
 
 from hfexport import compat
 from hfexport.cli import main
@@ -59,21 +59,13 @@ def test_a_missing_internal_turns_off_its_feature_and_is_recorded(monkeypatch: p
         compat.internal("transformers.cache_utils.Undeclared")  # a name used without declaring it is a bug here
 
 
-def _compat_check_script():
-    spec = importlib.util.spec_from_file_location("compat_check", ROOT / "scripts" / "compat_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["compat_check"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.xdist_group("wheels")  # one download of a release's wheel at a time
 def test_an_older_release_exports_with_the_missing_internal_turned_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # transformers 5.22.0 has no cache_utils.DummyLayer: before the compatibility layer every decoder LM failed there
     # with an ImportError inside hfexport, reported as the model's (pre-existing) failure.
-    script = _compat_check_script()
+    script = load_script("compat_check")
     checkout = script.make_checkout("5.22.0", tmp_path / "transformers", script.DEFAULT_WHEEL_DIR)
     monkeypatch.chdir(checkout)
     # Its own process: this one imported the installed transformers already.

@@ -5,27 +5,17 @@ The wheels come from ``$HFEXPORT_WHEEL_DIR`` (or ``~/.cache/hfexport/wheels``); 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from support import load_script
 
 from hfexport.gate import report as gate_report
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = "5.22.0"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compat_check", ROOT / "scripts" / "compat_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["compat_check"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _cell(model_class: str, backend: str, status: str, **fields: Any) -> dict[str, Any]:
@@ -129,7 +119,7 @@ def _write_results(results: Path) -> None:
 
 @pytest.mark.xdist_group("wheels")  # one download of a release's wheel at a time
 def test_checkout_from_wheel_and_render(tmp_path: Path) -> None:
-    compat = _script()
+    compat = load_script("compat_check")
     checkout = compat.make_checkout(VERSION, tmp_path / "checkout", compat.DEFAULT_WHEEL_DIR)
     assert (checkout / "src" / "transformers" / "__init__.py").is_file()
     assert f'__version__ = "{VERSION}"' in (checkout / "src" / "transformers" / "__init__.py").read_text()
@@ -155,7 +145,7 @@ def test_checkout_from_wheel_and_render(tmp_path: Path) -> None:
 
 
 def test_outcomes_and_ci_versions() -> None:
-    compat = _script()
+    compat = load_script("compat_check")
     assert compat.outcome({"status": "error", "tool_error": True}) == "tool error"  # a field instead of a status
     assert compat.outcome({"status": "crash"}) == "failed"
     assert compat.outcome({"status": "something new"}) == "failed"
@@ -165,7 +155,7 @@ def test_outcomes_and_ci_versions() -> None:
 
 
 def test_bad_version_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    compat = _script()
+    compat = load_script("compat_check")
     assert compat.main(["run", "not-a-version", "--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == "error: 'not-a-version' is not a version number"
 
@@ -173,7 +163,7 @@ def test_bad_version_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 @pytest.mark.slow
 @pytest.mark.xdist_group("wheels")  # one download of a release's wheel at a time
 def test_run_end_to_end(tmp_path: Path) -> None:
-    compat = _script()
+    compat = load_script("compat_check")
     results, doc = tmp_path / "results", tmp_path / "compatibility.md"
     argv = ["run", VERSION, "--backends", "dynamo", "-j", "2", "--results", str(results), "--output", str(doc)]
     assert compat.main([*argv, "--wheel-dir", str(compat.DEFAULT_WHEEL_DIR)]) == 0
@@ -193,7 +183,7 @@ def test_run_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.xdist_group("wheels")  # one download of a release's wheel at a time
 def test_ci_releases_around_the_pin_have_no_tool_errors(tmp_path: Path) -> None:
     """CI's drift guard: the release before the pin and the newest one, representative set on dynamo and onnx."""
-    compat = _script()
+    compat = load_script("compat_check")
     argv = ["ci", "-j", "2", "--results", str(tmp_path), "--wheel-dir", str(compat.DEFAULT_WHEEL_DIR)]
     assert compat.main(argv) == 0
     versions = sorted(path.name for path in tmp_path.iterdir() if path.is_dir())

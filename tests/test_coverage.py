@@ -8,14 +8,13 @@ engines and holds hfexport to at least the competitor's pass count on every back
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.utils._pytree as pytree
+from support import load_script
 
 from hfexport.gate import report
 from hfexport.tiny_models import sample_inputs, tiny_model
@@ -32,14 +31,6 @@ CI_SUBSET = {
 }
 
 
-def _sweep_module():
-    spec = importlib.util.spec_from_file_location("coverage_sweep", ROOT / "scripts" / "coverage_sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["coverage_sweep"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _cells(paths: list[Path]) -> dict[tuple[str, str, str], dict]:
     cells = {}
     for path in paths:
@@ -51,7 +42,7 @@ def _cells(paths: list[Path]) -> dict[tuple[str, str, str], dict]:
 
 
 def test_ci_subset_passes_on_every_backend(tmp_path: Path) -> None:
-    sweep = _sweep_module()
+    sweep = load_script("coverage_sweep")
     paths = sweep.run_sweep(
         list(CI_SUBSET.values()),
         list(sweep.BACKENDS),
@@ -72,7 +63,7 @@ def test_ci_subset_passes_on_every_backend(tmp_path: Path) -> None:
 
 def test_render_reports_both_engines_and_the_builder_list(tmp_path: Path) -> None:
     """The document from two engines' reports: totals, per-backend rows, and classes the builder could not make."""
-    sweep = _sweep_module()
+    sweep = load_script("coverage_sweep")
     results = tmp_path / "results"
     results.mkdir()
     for stamp, engine, status in (("20260101T000000", "hfexport", "pass"), ("20260101T000001", "transformers", "fail")):
@@ -93,7 +84,7 @@ def test_render_reports_both_engines_and_the_builder_list(tmp_path: Path) -> Non
 
 
 def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
-    sweep = _sweep_module()
+    sweep = load_script("coverage_sweep")
     results = tmp_path / "results"
     results.mkdir()
     runs = (("hfexport", 1), ("hfexport", 2), ("transformers", 1))
@@ -116,7 +107,7 @@ def _onnx_report(results: Path, engine: str, stamp: str, status: str) -> None:
 
 def test_the_committed_record_rebuilds_the_document_and_later_runs_replace_its_cells(tmp_path: Path) -> None:
     """A sweep on a fresh checkout adds to the published cells: the record alone renders the same document."""
-    sweep = _sweep_module()
+    sweep = load_script("coverage_sweep")
     results, store, doc = tmp_path / "results", tmp_path / "coverage.json", tmp_path / "coverage.md"
     results.mkdir()
     _onnx_report(results, "hfexport", "2026-01-01T00:00:00Z", "fail")
@@ -137,7 +128,7 @@ def test_the_committed_record_rebuilds_the_document_and_later_runs_replace_its_c
 
 @pytest.mark.slow
 def test_representative_set_hfexport_at_least_transformers_exporters(tmp_path: Path) -> None:
-    sweep = _sweep_module()
+    sweep = load_script("coverage_sweep")
     paths = sweep.run_sweep(
         sweep.representative_classes(), list(sweep.BACKENDS), list(sweep.ENGINES), tmp_path, "representative", jobs=2
     )
