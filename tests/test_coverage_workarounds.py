@@ -112,7 +112,6 @@ NEEDED = [
     ),
     ("ParakeetForTDT", "onnx", "onnx", ("_fix_squeeze_of_non_unit_dim",), "Squeeze"),
     ("Sam3Model", "onnx", "onnx", ("_fix_contiguous_as_clone",), "Cannot view a tensor"),
-    ("JetMoeForCausalLM", "onnx", "onnx", ("_fix_view_of_transpose",), "Cannot view"),
     (
         "ParakeetForCTC",
         "executorch",

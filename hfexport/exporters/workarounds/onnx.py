@@ -80,7 +80,8 @@ def _fix_contiguous_as_clone(graph_module: torch.fx.GraphModule, node: torch.fx.
 @register_fx_node_fix("onnx")
 def _fix_view_of_transpose(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # A view (or reshape) of a transposed SDPA output is traced against one kernel's layout and torch.onnx
-    # re-decomposes with another ("Cannot view a tensor": t5, jetmoe): read a contiguous copy, an Identity in ONNX.
+    # re-decomposes with another ("Cannot view a tensor": t5, on transformers 5.22 and 5.23): read a contiguous
+    # copy, an Identity in ONNX.
     if node.op != "call_function" or node.target not in (torch.ops.aten.view.default, torch.ops.aten.reshape.default):
         return False
     source = node.args[0]
