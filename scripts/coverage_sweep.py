@@ -36,8 +36,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hfexport.families import FAMILIES  # noqa: E402
 from hfexport.gate import changes, report  # noqa: E402
-from hfexport.gate.cells import BACKENDS, parse_shard, shard_of  # noqa: E402
+from hfexport.gate.cells import BACKENDS, Cell, in_shard, parse_shard  # noqa: E402
 from hfexport.gate.run import CheckOptions, GateError, Target, run_check  # noqa: E402
 
 ENGINES = ("hfexport", "transformers")
@@ -45,34 +46,6 @@ DEFAULT_RESULTS = ROOT / "build" / "coverage"
 DEFAULT_DOC = ROOT / "docs" / "coverage.md"
 DEFAULT_STORE = ROOT / "docs" / "coverage.json"
 ENGINE_TITLES = {"hfexport": "hfexport", "transformers": "transformers.exporters"}
-
-# One or more architectures per family; the families the exporters treat differently.
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "decoder LM": (
-        "llama",
-        "mistral",
-        "qwen2",
-        "qwen3",
-        "gemma",
-        "gemma2",
-        "gemma3_text",
-        "phi",
-        "phi3",
-        "gpt2",
-        "gpt_neox",
-        "opt",
-        "bloom",
-        "falcon",
-        "olmo2",
-        "granite",
-    ),
-    "MoE": ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "deepseek_v3"),
-    "encoder": ("bert", "roberta", "distilbert", "albert", "electra", "deberta_v2", "modernbert"),
-    "encoder-decoder": ("t5", "bart", "marian", "pegasus"),
-    "vision": ("vit", "deit", "swin", "convnext", "resnet", "dinov2"),
-    "audio": ("wav2vec2", "hubert", "whisper"),
-}
-
 
 # ── Selection ──
 
@@ -135,11 +108,9 @@ def set_classes(label: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def in_shard(classes: list[str], backends: list[str], shard: tuple[int, int]) -> list[str]:
+def classes_in_shard(classes: list[str], backends: list[str], shard: tuple[int, int]) -> list[str]:
     """The classes with a cell in ``shard`` (the gate shards cells by class and backend), so workers resolve no more."""
-    cells = [{"model_class": c, "backend": b} for c in classes for b in backends]
-    kept = {cell["model_class"] for cell in shard_of(cells, shard)}
-    return [c for c in classes if c in kept]
+    return [c for c in classes if any(in_shard(c, b, shard) for b in backends)]
 
 
 def representative_classes() -> list[str]:
@@ -266,14 +237,12 @@ def _not_built(cell: dict[str, Any]) -> bool:
 def _result(cell: dict[str, Any] | None) -> str:
     if cell is None:
         return "—"
-    if cell["status"] == "pass":
-        return "pass"
-    if cell["status"] == "skipped":
-        return "skipped"
-    stage = (cell.get("stage") or "").replace("|", "/")
-    error = f"{cell.get('error_type')}: {cell.get('error') or ''}".replace("|", "/").replace("\n", " ")
+    typed = Cell.from_dict(cell)
+    if typed.status in ("pass", "skipped"):
+        return typed.kind()
+    error = typed.error_line.replace("|", "/").replace("\n", " ")
     error = error if len(error) <= 90 else error[:87] + "..."
-    return f"{cell['status']} · {stage} · `{error.replace('`', '')}`"
+    return f"{typed.kind()} · {(typed.stage or '').replace('|', '/')} · `{error.replace('`', '')}`"
 
 
 def _diff(cell: dict[str, Any] | None) -> str:
@@ -558,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         names = selected_names(args)
         if not args.models:  # the sets are class names: shard them here already
-            names = in_shard(names, args.backends, args.shard)
+            names = classes_in_shard(names, args.backends, args.shard)
         try:
             run_sweep(
                 names, args.backends, args.engines, args.results, _set_label(args), args.shard, args.jobs, args.timeout

@@ -399,3 +399,9 @@ def test_alternate_configs_export_on_dynamo(name: str, tmp_path: Path) -> None:
 def test_every_alternate_config_exports_on_dynamo(name: str, tmp_path: Path) -> None:
     model = tiny_model(name, overrides=ALTERNATE_CONFIGS[name])
     assert max(_dynamo_round_trip_diffs(model, tmp_path)) <= 1e-4
+
+
+def test_gate_classes_are_the_builders_main_heads() -> None:
+    from hfexport.families import GATE_CLASSES
+
+    assert [(t, resolve_model_class(t).__name__) for t, _ in GATE_CLASSES] == list(GATE_CLASSES)

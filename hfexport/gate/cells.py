@@ -1,11 +1,16 @@
-"""The vocabulary of a report's cells, defined once: backends, statuses, shards, and facts several views show.
+"""A report's cell, typed, and its vocabulary, defined once: backends, statuses, shards, and the text every view shows.
 
+``Cell`` is the one in-memory form of a (model class, backend) result; ``Cell.as_dict`` is its JSON form in the
+report schema. The views (terminal, JUnit, annotations, markdown, the coverage document) all take their words from
+``Cell``'s label, short form and location, so a cell reads the same everywhere.
 Imported by the gate's parent process, the report views and ``hfexport comment``, so it imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 # The built-in backends, in the order reports show them.
@@ -18,9 +23,143 @@ FAILURE_STATUSES = frozenset({"fail", "crash", "timeout", "oom", "error"})
 NOT_A_RESULT = frozenset({"tool_error", "not_checked"})
 
 
-def is_failure(cell: dict[str, Any]) -> bool:
-    """A model's failure (export, runtime or comparison), pre-existing or not."""
-    return cell.get("status") in FAILURE_STATUSES
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass
+class Cell:
+    """One (model class, backend) of a report. Fields are the schema's cell keys, in their order."""
+
+    model_type: str
+    model_class: str
+    backend: str
+    status: str | None = None
+    regression: str | None = None  # "new", "pre-existing", "fixed" or None (no base run, or unchanged)
+    stage: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    tolerance: float | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    workarounds: list[str] = field(default_factory=list)
+    skip_reason: str | None = None
+    source: dict[str, Any] | None = None  # the model class's line: {"file", "line"}
+    generation: dict[str, Any] | None = None  # {"status", "detail"}
+    frame: dict[str, Any] | None = None  # where it broke: {"file", "line", "function", "text", "workaround"}
+    disabled: dict[str, str] | None = None  # transformers internals the checkout lacks -> the feature turned off
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cell:
+        """A cell of a (validated) report; keys outside the schema (a sweep's ``engine``, ``created_at``) are left."""
+        return cls(**{key: data.get(key) for key in CELL_KEYS if key in data or key in _REQUIRED})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in CELL_KEYS}
+
+    def apply_result(self, result: dict[str, Any]) -> None:
+        """Take a job's outcome (see ``checks.run_cell``) as this cell's result."""
+        for key in ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame"):
+            setattr(self, key, result.get(key))
+        self.timings = result.get("timings") or {}
+        self.workarounds = result.get("workarounds") or []
+        self.disabled = result.get("disabled") or {}
+        if result.get("tolerance") is not None:
+            self.tolerance = result["tolerance"]
+
+    # ── Facts ──
+
+    @property
+    def failed(self) -> bool:
+        """A model's failure (export, runtime or comparison), pre-existing or not."""
+        return self.status in FAILURE_STATUSES
+
+    @property
+    def new_failure(self) -> bool:
+        return self.failed and self.regression != "pre-existing"
+
+    @property
+    def pre_existing(self) -> bool:
+        return self.regression == "pre-existing"
+
+    @property
+    def seconds(self) -> float | None:
+        total = (self.timings or {}).get("total")
+        return total if _number(total) else None
+
+    @property
+    def step(self) -> str:
+        """The stage without its backend prefix ("onnx · stage 4 ONNX translations" -> "stage 4 ONNX translations")."""
+        stage = self.stage or ""
+        prefix = f"{self.backend} · "
+        return stage[len(prefix) :] if stage.startswith(prefix) else stage
+
+    @property
+    def error_line(self) -> str:
+        if self.error_type and self.error:
+            return f"{self.error_type}: {self.error}"
+        return str(self.error_type or self.error or "")
+
+    @property
+    def model_location(self) -> dict[str, Any] | None:
+        """The checked-out transformers line a model's failure broke at (``src/transformers/...``), if any."""
+        if self.status in ("tool_error", "not_checked", "pass", "skipped") or not isinstance(self.frame, dict):
+            return None
+        file = self.frame.get("file")
+        return self.frame if isinstance(file, str) and file.startswith("src/transformers/") else None
+
+    # ── Words, shared by every view ──
+
+    def kind(self) -> str:
+        """What the cell is, in words: "pass", "fixed", "fail", "pre-existing fail", "tool error", "not checked"."""
+        if self.status == "pass":
+            return "fixed" if self.regression == "fixed" else "pass"
+        status = (self.status or "not run").replace("_", " ")
+        return f"pre-existing {status}" if self.failed and self.pre_existing else status
+
+    def frame_note(self) -> str:
+        """Where it broke: the hfexport code of a tool error, or the checked-out model line of a failure."""
+        frame = self.frame
+        if not isinstance(frame, dict) or not frame.get("file") or self.status == "pass":
+            return ""
+        workaround = frame.get("workaround")
+        if self.status == "tool_error":
+            named = f", workaround {workaround}" if workaround else ""
+            return f" (at {frame['file']}:{frame.get('line')} in {frame.get('function')}{named})"
+        if self.model_location is None:
+            return ""
+        text = f": {frame['text']}" if frame.get("text") else ""
+        running = f", while hfexport's {workaround} ran" if workaround else ""
+        return f" (at {frame['file']}:{frame.get('line')}{text}{running})"
+
+    def label(self) -> str:
+        """One line: ``pass (max abs 2e-06)``, ``fail · onnx · stage 4 …: RuntimeError: … (at file:line: text)``."""
+        if self.status == "pass":
+            fixed = " fixed" if self.regression == "fixed" else ""
+            diff = f" (max abs {self.max_abs_diff:.1e})" if _number(self.max_abs_diff) else ""
+            return f"pass{fixed}{diff}"
+        if self.status == "skipped":
+            return f"skipped: {self.skip_reason}"
+        where = f" · {self.stage}" if self.stage else ""
+        return f"{self.kind()}{where}: {self.error_type}: {self.error}{self.frame_note()}"
+
+    def short(self) -> str:
+        """A table cell of the terminal view: ``pass``, ``FAIL stage 4 ONNX translations``, ``not checked``."""
+        if self.status == "pass":
+            return "pass" + (" (fixed)" if self.regression == "fixed" else "")
+        if self.status in ("skipped", "not_checked"):
+            return self.kind()
+        marker = "(pre-existing) " if self.pre_existing else ""
+        stage = self.stage or ""
+        stage = stage.split(" · ", 1)[-1] if " · " in stage else stage
+        return f"{(self.status or '').upper().replace('_', ' ')} {marker}{stage}".strip()
+
+
+CELL_KEYS = tuple(f.name for f in dataclasses.fields(Cell))
+# Keys schema version 1 cells lack.
+V2_CELL_KEYS = ("frame", "disabled")
+_REQUIRED = ("model_type", "model_class", "backend")
 
 
 def parse_shard(value: str) -> tuple[int, int]:
@@ -31,10 +170,10 @@ def parse_shard(value: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def shard_of(cells: list[dict[str, Any]], shard: tuple[int, int]) -> list[dict[str, Any]]:
-    """A deterministic share of the cells: stable hash of (class, backend) modulo the shard count."""
+def in_shard(model_class: str, backend: str, shard: tuple[int, int]) -> bool:
+    """Whether a cell is in shard ``(K, N)``: a stable hash of (class, backend) modulo N, so shards partition cells."""
     index, count = shard
-    return [c for c in cells if zlib.crc32(f"{c['model_class']}|{c['backend']}".encode()) % count == index - 1]
+    return zlib.crc32(f"{model_class}|{backend}".encode()) % count == index - 1
 
 
 def disabled_features(report: dict[str, Any]) -> dict[str, str]:

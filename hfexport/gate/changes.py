@@ -16,6 +16,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..families import GATE_CLASSES
+
 MODEL_FILE = re.compile(
     r"(?:^|/)src/transformers/models/(?P<type>[^/]+)/(?P<kind>modeling|modular|configuration)_[^/]*\.py$"
 )
@@ -25,14 +27,8 @@ SHARED_CODE = re.compile(
     r"|modeling_attn_mask_utils|integrations/[^/]*attention[^/]*)\.py$"
     r"|(?:^|/)hfexport/exporters/[^/]+\.py$"
 )
-# One class per kind of architecture the exporters treat differently: decoder LM, encoder, vision, seq2seq.
-REPRESENTATIVE_CLASSES = (
-    ("llama", "LlamaForCausalLM"),
-    ("bert", "BertForMaskedLM"),
-    ("vit", "ViTForImageClassification"),
-    ("t5", "T5ForConditionalGeneration"),
-)
-REPRESENTATIVE_NAMES = tuple(class_name for _, class_name in REPRESENTATIVE_CLASSES)
+# One class per kind of architecture the exporters treat differently: decoder LM, encoder, seq2seq, vision.
+REPRESENTATIVE_NAMES = tuple(class_name for _, class_name in GATE_CLASSES)
 
 
 class SelectionError(ValueError):
@@ -293,7 +289,7 @@ def select_from_files(files: list[str], root: Path | None, mode: str) -> Selecti
     selection = Selection(mode=mode, classes=classes, reason="; ".join(reasons))
     if shared:
         known = {c.model_class for c in classes}
-        for model_type, class_name in REPRESENTATIVE_CLASSES:
+        for model_type, class_name in GATE_CLASSES:
             if class_name not in known:
                 located = [c for c in classes_of_type(model_type, root) if c.model_class == class_name]
                 classes.append(located[0] if located else SelectedClass(model_type, class_name))

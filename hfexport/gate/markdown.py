@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .cells import NOT_A_RESULT, disabled_features, is_failure
+from .cells import NOT_A_RESULT, Cell, disabled_features
 
 MARKER = "<!-- hfexport-report -->"
 TITLE = "### hfexport export report"
@@ -63,57 +63,38 @@ def _diff(value: Any) -> str:
     return f"{value:.1e}" if isinstance(value, int | float) and not isinstance(value, bool) else "n/a"
 
 
-def _stage(cell: dict[str, Any]) -> str:
-    """The stage without its backend prefix ("onnx · stage 4 ONNX translations" -> "stage 4 ONNX translations")."""
-    stage = str(cell.get("stage") or "")
-    prefix = f"{cell.get('backend')} · "
-    return stage[len(prefix) :] if stage.startswith(prefix) else stage
-
-
-def _error_line(cell: dict[str, Any]) -> str:
-    error_type, error = cell.get("error_type"), cell.get("error")
-    if error_type and error:
-        return f"{error_type}: {error}"
-    return str(error_type or error or "")
-
-
-def _icon(cell: dict[str, Any]) -> str:
-    if cell.get("status") == "skipped":
+def _icon(cell: Cell) -> str:
+    if cell.status == "skipped":
         return "⏭️"
-    if cell.get("status") == "tool_error":
+    if cell.status == "tool_error":
         return "💥"
-    if cell.get("status") == "not_checked":
+    if cell.status == "not_checked":
         return "❔"
-    if cell.get("regression") == "fixed":
+    if cell.regression == "fixed":
         return "🔧"
-    if is_failure(cell):
-        return "⚠️" if cell.get("regression") == "pre-existing" else "❌"
+    if cell.failed:
+        return "⚠️" if cell.pre_existing else "❌"
     return "✅"
 
 
-def _generation_note(cell: dict[str, Any]) -> str:
-    generation = cell.get("generation")
+def _generation_note(cell: Cell) -> str:
+    generation = cell.generation
     if isinstance(generation, dict) and generation.get("status") == "fail":
         return " · generation ❌"
     return ""
 
 
-def render_cell(cell: dict[str, Any]) -> str:
+def render_cell(cell: Cell) -> str:
     """One table cell: icon, then the max diff, or failure kind, stage and first error line, or the skip reason."""
     icon = _icon(cell)
-    if cell.get("status") == "skipped":
-        return f"{icon} skipped: {escape_inline(cell.get('skip_reason') or 'no reason given', 120)}"
-    if cell.get("status") in NOT_A_RESULT:
-        kind = "hfexport tool error" if cell["status"] == "tool_error" else "not checked"
-        parts = [f"{icon} {kind}", escape_inline(_stage(cell), 60), escape_inline(_error_line(cell), 140)]
-        return " · ".join(p for p in parts if p)
-    if is_failure(cell):
-        kind = escape_inline(cell.get("status"), 20)
-        label = f"pre-existing {kind}" if cell.get("regression") == "pre-existing" else kind
-        parts = [f"{icon} {label}", escape_inline(_stage(cell), 60), escape_inline(_error_line(cell), 140)]
-        return " · ".join(p for p in parts if p) + _generation_note(cell)
-    fixed = " fixed ·" if cell.get("regression") == "fixed" else ""
-    return f"{icon}{fixed} {_diff(cell.get('max_abs_diff'))}{_generation_note(cell)}"
+    if cell.status == "skipped":
+        return f"{icon} skipped: {escape_inline(cell.skip_reason or 'no reason given', 120)}"
+    if cell.status in NOT_A_RESULT or cell.failed:
+        kind = "hfexport tool error" if cell.status == "tool_error" else cell.kind()
+        parts = [f"{icon} {escape_inline(kind, 40)}", escape_inline(cell.step, 60), escape_inline(cell.error_line, 140)]
+        return " · ".join(p for p in parts if p) + ("" if cell.status in NOT_A_RESULT else _generation_note(cell))
+    fixed = " fixed ·" if cell.regression == "fixed" else ""
+    return f"{icon}{fixed} {_diff(cell.max_abs_diff)}{_generation_note(cell)}"
 
 
 def _counts(report: dict[str, Any]) -> dict[str, int]:
@@ -164,30 +145,27 @@ def summary_line(report: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def _rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, dict[str, Any]]]]]:
+def _rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, Cell]]]]:
     """Backends (columns) and, per model class, its cells by backend; rows with new failures first."""
     backends = [str(b) for b in report.get("backends") or []]
-    by_class: dict[str, dict[str, dict[str, Any]]] = {}
-    for cell in report.get("cells") or []:
-        backend = str(cell.get("backend"))
-        if backend not in backends:
-            backends.append(backend)
-        by_class.setdefault(str(cell.get("model_class")), {})[backend] = cell
+    by_class: dict[str, dict[str, Cell]] = {}
+    for cell in map(Cell.from_dict, report.get("cells") or []):
+        if cell.backend not in backends:
+            backends.append(cell.backend)
+        by_class.setdefault(cell.model_class, {})[cell.backend] = cell
 
-    def rank(item: tuple[str, dict[str, dict[str, Any]]]) -> tuple[int, str]:
+    def rank(item: tuple[str, dict[str, Cell]]) -> tuple[int, str]:
         cells = item[1].values()
-        if any(
-            c.get("status") == "tool_error" or (is_failure(c) and c.get("regression") != "pre-existing") for c in cells
-        ):
+        if any(c.status == "tool_error" or c.new_failure for c in cells):
             return 0, item[0]
-        if any(is_failure(c) for c in cells):
+        if any(c.failed for c in cells):
             return 1, item[0]
         return 2, item[0]
 
     return backends, sorted(by_class.items(), key=rank)
 
 
-def _table(backends: list[str], rows: list[tuple[str, dict[str, dict[str, Any]]]]) -> tuple[str, list[str]]:
+def _table(backends: list[str], rows: list[tuple[str, dict[str, Cell]]]) -> tuple[str, list[str]]:
     header = "| model class | " + " | ".join(escape_inline(b, 30) for b in backends) + " |\n"
     header += "|---" * (len(backends) + 1) + "|"
     lines = []
@@ -197,33 +175,33 @@ def _table(backends: list[str], rows: list[tuple[str, dict[str, dict[str, Any]]]
     return header, lines
 
 
-def _failure_details(cell: dict[str, Any]) -> str:
-    title = escape_html(f"{cell.get('model_class')} · {cell.get('backend')} · {cell.get('status')}", 200)
+def _failure_details(cell: Cell) -> str:
+    title = escape_html(f"{cell.model_class} · {cell.backend} · {cell.status}", 200)
     items = [
-        f"- stage: {escape_inline(cell.get('stage') or 'unknown', 200)}",
-        f"- error: {escape_inline(_error_line(cell) or 'no message', 2000)}",
+        f"- stage: {escape_inline(cell.stage or 'unknown', 200)}",
+        f"- error: {escape_inline(cell.error_line or 'no message', 2000)}",
     ]
-    if cell.get("regression"):
-        items.append(f"- regression: {escape_inline(cell['regression'], 20)}")
-    source = cell.get("source")
+    if cell.regression:
+        items.append(f"- regression: {escape_inline(cell.regression, 20)}")
+    source = cell.source
     if isinstance(source, dict) and source.get("file"):
         line = f":{source['line']}" if isinstance(source.get("line"), int) else ""
         items.append(f"- source: {escape_inline(str(source['file']) + line, 300)}")
-    if cell.get("workarounds"):
-        items.append(f"- workarounds applied: {escape_inline(', '.join(map(str, cell['workarounds'])), 1000)}")
-    generation = cell.get("generation")
+    if cell.workarounds:
+        items.append(f"- workarounds applied: {escape_inline(', '.join(map(str, cell.workarounds)), 1000)}")
+    generation = cell.generation
     if isinstance(generation, dict) and generation.get("detail"):
         items.append(f"- generation: {escape_inline(generation.get('detail'), 1000)}")
     items += _frame_items(cell)
     return f"<details><summary>{_icon(cell)} {title}</summary>\n\n" + "\n".join(items) + "\n\n</details>"
 
 
-def _frame_items(cell: dict[str, Any]) -> list[str]:
+def _frame_items(cell: Cell) -> list[str]:
     """Where it broke (hfexport's frame for a tool error), and the transformers internals this checkout lacks."""
     items = []
-    frame = cell.get("frame")
+    frame = cell.frame
     if isinstance(frame, dict) and frame.get("file"):
-        owner = "hfexport code" if cell.get("status") == "tool_error" else "where"
+        owner = "hfexport code" if cell.status == "tool_error" else "where"
         line = f":{frame['line']}" if isinstance(frame.get("line"), int) else ""
         where = f"{frame['file']}{line} in {frame.get('function') or '?'}"
         if frame.get("workaround"):
@@ -231,7 +209,7 @@ def _frame_items(cell: dict[str, Any]) -> list[str]:
         items.append(f"- {owner}: {escape_inline(where, 300)}")
         if frame.get("text"):
             items.append(f"- line: {escape_inline(frame['text'], 300)}")
-    disabled = cell.get("disabled")
+    disabled = cell.disabled
     if isinstance(disabled, dict) and disabled:
         names = ", ".join(f"{name} ({feature})" for name, feature in disabled.items())
         items.append(f"- off in this transformers: {escape_inline(names, 1000)}")
@@ -246,18 +224,17 @@ def _disabled_note(report: dict[str, Any]) -> str:
     return f"Off in this transformers (internals it lacks): {escape_inline(names, 1000)}\n\n"
 
 
-def _timing(cell: dict[str, Any]) -> str:
-    total = (cell.get("timings") or {}).get("total")
-    return f"{total:.1f}s" if isinstance(total, int | float) and not isinstance(total, bool) else "n/a"
+def _timing(cell: Cell) -> str:
+    return f"{cell.seconds:.1f}s" if cell.seconds is not None else "n/a"
 
 
-def _passing_details(cells: Iterable[dict[str, Any]]) -> str | None:
+def _passing_details(cells: Iterable[Cell]) -> str | None:
     rows = [
-        f"| {escape_inline(c.get('model_class'), 100)} | {escape_inline(c.get('backend'), 30)} "
-        f"| {_diff(c.get('max_abs_diff'))} | {_diff(c.get('max_rel_diff'))} | {_diff(c.get('tolerance'))} "
-        f"| {_timing(c)} | {escape_inline(', '.join(map(str, c.get('workarounds') or [])) or '—', 300)} |"
+        f"| {escape_inline(c.model_class, 100)} | {escape_inline(c.backend, 30)} "
+        f"| {_diff(c.max_abs_diff)} | {_diff(c.max_rel_diff)} | {_diff(c.tolerance)} "
+        f"| {_timing(c)} | {escape_inline(', '.join(map(str, c.workarounds or [])) or '—', 300)} |"
         for c in cells
-        if c.get("status") == "pass"
+        if c.status == "pass"
     ]
     if not rows:
         return None
@@ -291,7 +268,7 @@ def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url:
     backends, rows = _rows(report)
     header, table_rows = _table(backends, rows)
     cells = [c for _, by_backend in rows for c in by_backend.values()]
-    sections = [_failure_details(c) for c in cells if is_failure(c) or c.get("status") in NOT_A_RESULT]
+    sections = [_failure_details(c) for c in cells if c.failed or c.status in NOT_A_RESULT]
     passing = _passing_details(cells)
     if passing:
         sections.append(passing)

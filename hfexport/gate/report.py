@@ -17,7 +17,7 @@ from typing import Any
 
 import hfexport
 
-from .cells import FAILURE_STATUSES, NOT_A_RESULT, STATUSES, disabled_features
+from .cells import CELL_KEYS, FAILURE_STATUSES, NOT_A_RESULT, STATUSES, V2_CELL_KEYS, Cell, disabled_features
 
 REPORT_SCHEMA = "hfexport-report"
 MAX_REPORT_BYTES = 8 * 1024 * 1024  # far above any real report; a hostile one cannot make readers load more
@@ -26,13 +26,6 @@ REPORT_SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 REGRESSIONS = ("new", "pre-existing", "fixed", None)
 SELECTION_MODES = ("diff", "files", "models", "all")
-CELL_KEYS = (
-    "model_type", "model_class", "backend", "status", "regression", "stage", "error_type", "error",
-    "max_abs_diff", "max_rel_diff", "tolerance", "timings", "workarounds", "skip_reason", "source", "generation",
-    "frame", "disabled",
-)  # fmt: skip
-# Keys version 1 cells lack.
-_V2_CELL_KEYS = ("frame", "disabled")
 
 
 def utc_now() -> str:
@@ -40,28 +33,22 @@ def utc_now() -> str:
 
 
 def new_cell(model_type: str, model_class: str, backend: str, **fields: Any) -> dict[str, Any]:
-    """A cell with every schema key present (None where unknown)."""
-    cell: dict[str, Any] = dict.fromkeys(CELL_KEYS)
-    cell.update(model_type=model_type, model_class=model_class, backend=backend, timings={}, workarounds=[])
-    cell.update({k: v for k, v in fields.items() if k in CELL_KEYS})
-    return cell
-
-
-def is_new_failure(cell: dict[str, Any]) -> bool:
-    return cell["status"] in FAILURE_STATUSES and cell.get("regression") != "pre-existing"
+    """A cell's JSON form with every schema key present (None where unknown)."""
+    return Cell(model_type, model_class, backend, **{k: v for k, v in fields.items() if k in CELL_KEYS}).as_dict()
 
 
 def summarize(cells: list[dict[str, Any]]) -> dict[str, int]:
+    typed = [Cell.from_dict(c) for c in cells]
     return {
-        "total": len(cells),
-        "passed": sum(c["status"] == "pass" for c in cells),
-        "failed": sum(c["status"] in FAILURE_STATUSES for c in cells),
-        "new_failures": sum(is_new_failure(c) for c in cells),
-        "pre_existing": sum(c.get("regression") == "pre-existing" for c in cells),
-        "fixed": sum(c.get("regression") == "fixed" for c in cells),
-        "skipped": sum(c["status"] == "skipped" for c in cells),
-        "tool_errors": sum(c["status"] == "tool_error" for c in cells),
-        "not_checked": sum(c["status"] == "not_checked" for c in cells),
+        "total": len(typed),
+        "passed": sum(c.status == "pass" for c in typed),
+        "failed": sum(c.failed for c in typed),
+        "new_failures": sum(c.new_failure for c in typed),
+        "pre_existing": sum(c.pre_existing for c in typed),
+        "fixed": sum(c.regression == "fixed" for c in typed),
+        "skipped": sum(c.status == "skipped" for c in typed),
+        "tool_errors": sum(c.status == "tool_error" for c in typed),
+        "not_checked": sum(c.status == "not_checked" for c in typed),
     }
 
 
@@ -123,7 +110,7 @@ def _check_type(errors: list[str], where: str, value: Any, types: tuple[type, ..
 def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> None:
     if not _check_type(errors, where, cell, (dict,)):
         return
-    missing = [k for k in CELL_KEYS if k not in cell and (version > 1 or k not in _V2_CELL_KEYS)]
+    missing = [k for k in CELL_KEYS if k not in cell and (version > 1 or k not in V2_CELL_KEYS)]
     if missing:
         errors.append(f"{where}: missing {', '.join(missing)}")
         return
@@ -226,80 +213,29 @@ def to_json(report: dict[str, Any]) -> str:
     return json.dumps(_json_safe(report), indent=2, sort_keys=False) + "\n"
 
 
-def cell_label(cell: dict[str, Any]) -> str:
-    """One line for a cell: ``pass (max abs 2e-06)``, ``fail · onnx · stage 4 …: RuntimeError: …``."""
-    status = cell["status"]
-    if status == "pass":
-        diff = cell.get("max_abs_diff")
-        fixed = " fixed" if cell.get("regression") == "fixed" else ""
-        return f"pass{fixed}" + (f" (max abs {diff:.1e})" if isinstance(diff, (int, float)) else "")
-    if status == "skipped":
-        return f"skipped: {cell.get('skip_reason')}"
-    prefix = "pre-existing " if cell.get("regression") == "pre-existing" else ""
-    where = f" · {cell['stage']}" if cell.get("stage") else ""
-    return f"{prefix}{status.replace('_', ' ')}{where}: {cell.get('error_type')}: {cell.get('error')}{frame_note(cell)}"
-
-
-def frame_note(cell: dict[str, Any]) -> str:
-    """Where it broke: the hfexport code of a tool error, or the checked-out model line of a failure."""
-    frame = cell.get("frame")
-    if not isinstance(frame, dict) or not frame.get("file") or cell.get("status") == "pass":
-        return ""
-    workaround = frame.get("workaround")
-    if cell.get("status") == "tool_error":
-        named = f", workaround {workaround}" if workaround else ""
-        return f" (at {frame['file']}:{frame.get('line')} in {frame.get('function')}{named})"
-    if model_location(cell) is None:
-        return ""
-    text = f": {frame['text']}" if frame.get("text") else ""
-    running = f", while hfexport's {workaround} ran" if workaround else ""
-    return f" (at {frame['file']}:{frame.get('line')}{text}{running})"
-
-
-def model_location(cell: dict[str, Any]) -> dict[str, Any] | None:
-    """The checked-out transformers line a model's failure broke at (``src/transformers/...``), if the trace has one."""
-    frame = cell.get("frame")
-    if cell.get("status") in ("tool_error", "not_checked", "pass", "skipped") or not isinstance(frame, dict):
-        return None
-    file = frame.get("file")
-    return frame if isinstance(file, str) and file.startswith("src/transformers/") else None
-
-
-def progress_line(done: int, total: int, cell: dict[str, Any]) -> str:
-    seconds = (cell.get("timings") or {}).get("total")
-    took = f" [{seconds:.1f} s]" if isinstance(seconds, (int, float)) else ""
-    return f"[{done}/{total}] {cell['model_class']} · {cell['backend']}: {cell_label(cell)}{took}"
-
-
-def _short(cell: dict[str, Any]) -> str:
-    status = cell["status"]
-    if status == "pass":
-        return "pass" + (" (fixed)" if cell.get("regression") == "fixed" else "")
-    if status in ("skipped", "not_checked"):
-        return status.replace("_", " ")
-    stage = cell.get("stage") or ""
-    stage = stage.split(" · ", 1)[-1] if " · " in stage else stage
-    marker = "(pre-existing) " if cell.get("regression") == "pre-existing" else ""
-    return f"{status.upper().replace('_', ' ')} {marker}{stage}".strip()
+def progress_line(done: int, total: int, cell: Cell) -> str:
+    took = f" [{cell.seconds:.1f} s]" if cell.seconds is not None else ""
+    return f"[{done}/{total}] {cell.model_class} · {cell.backend}: {cell.label()}{took}"
 
 
 def terminal_table(report: dict[str, Any]) -> str:
     """Rows = model classes, columns = backends, then one line per failure with its stage and error."""
     backends = report["backends"]
-    rows: dict[str, dict[str, dict[str, Any]]] = {}
-    for cell in report["cells"]:
-        rows.setdefault(cell["model_class"], {})[cell["backend"]] = cell
+    cells = [Cell.from_dict(c) for c in report["cells"]]
+    rows: dict[str, dict[str, Cell]] = {}
+    for cell in cells:
+        rows.setdefault(cell.model_class, {})[cell.backend] = cell
     table = [["model class", *backends]]
-    for model_class, cells in rows.items():
-        table.append([model_class, *[_short(cells[b]) if b in cells else "-" for b in backends]])
+    for model_class, by_backend in rows.items():
+        table.append([model_class, *[by_backend[b].short() if b in by_backend else "-" for b in backends]])
     widths = [min(48, max(len(row[i]) for row in table)) for i in range(len(table[0]))]
     lines = [
         "  ".join(value[:48].ljust(width) for value, width in zip(row, widths, strict=True)).rstrip() for row in table
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    for cell in report["cells"]:
-        if cell["status"] != "pass":
-            lines.append(f"  {cell['model_class']} · {cell['backend']}: {cell_label(cell)}")
+    for cell in cells:
+        if cell.status != "pass":
+            lines.append(f"  {cell.model_class} · {cell.backend}: {cell.label()}")
     lines.append(summary_counts(report["summary"]))
     for name, feature in disabled_features(report).items():
         lines.append(f"off in this transformers (no {name}): {feature}")
@@ -321,48 +257,39 @@ def junit_xml(report: dict[str, Any]) -> str:
     """One testsuite per backend, one testcase per model class; pre-existing failures and skips are skipped."""
     root = ET.Element("testsuites", name="hfexport")
     for backend in report["backends"]:
-        cells = [c for c in report["cells"] if c["backend"] == backend]
+        cells = [Cell.from_dict(c) for c in report["cells"] if c["backend"] == backend]
         suite = ET.SubElement(
             root,
             "testsuite",
             name=f"hfexport.{backend}",
             tests=str(len(cells)),
-            failures=str(sum(c["status"] == "fail" and is_new_failure(c) for c in cells)),
-            errors=str(
-                sum((c["status"] != "fail" and is_new_failure(c)) or c["status"] == "tool_error" for c in cells)
-            ),
-            skipped=str(sum(_junit_skipped(c) for c in cells)),
+            failures=str(sum(c.status == "fail" and c.new_failure for c in cells)),
+            errors=str(sum((c.status != "fail" and c.new_failure) or c.status == "tool_error" for c in cells)),
+            skipped=str(sum(c.status in ("skipped", "not_checked") or c.pre_existing for c in cells)),
         )
         for cell in cells:
-            seconds = (cell.get("timings") or {}).get("total") or 0
             case = ET.SubElement(
                 suite,
                 "testcase",
-                classname=f"{backend}.{cell['model_type']}",
-                name=cell["model_class"],
-                time=f"{seconds:.3f}",
+                classname=f"{backend}.{cell.model_type}",
+                name=cell.model_class,
+                time=f"{cell.seconds or 0:.3f}",
             )
-            if cell["status"] == "skipped":
-                ET.SubElement(case, "skipped", message=cell.get("skip_reason") or "")
-            elif cell["status"] == "not_checked":
-                ET.SubElement(case, "skipped", message=f"not checked: {cell_label(cell)}")
-            elif cell["status"] == "tool_error":
-                element = ET.SubElement(case, "error", message=cell_label(cell), type="hfexport tool error")
-                element.text = cell_label(cell)
-            elif cell.get("regression") == "pre-existing":
-                ET.SubElement(case, "skipped", message=f"pre-existing: {cell_label(cell)}")
-            elif is_new_failure(cell):
-                tag = "failure" if cell["status"] == "fail" else "error"
-                element = ET.SubElement(
-                    case, tag, message=cell_label(cell), type=cell.get("error_type") or cell["status"]
-                )
-                element.text = cell_label(cell)
+            if cell.status == "skipped":
+                ET.SubElement(case, "skipped", message=cell.skip_reason or "")
+            elif cell.status == "not_checked":
+                ET.SubElement(case, "skipped", message=f"not checked: {cell.label()}")
+            elif cell.status == "tool_error":
+                element = ET.SubElement(case, "error", message=cell.label(), type="hfexport tool error")
+                element.text = cell.label()
+            elif cell.pre_existing:
+                ET.SubElement(case, "skipped", message=f"pre-existing: {cell.label()}")
+            elif cell.new_failure:
+                tag = "failure" if cell.status == "fail" else "error"
+                element = ET.SubElement(case, tag, message=cell.label(), type=cell.error_type or cell.status or "")
+                element.text = cell.label()
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def _junit_skipped(cell: dict[str, Any]) -> bool:
-    return cell["status"] in ("skipped", "not_checked") or cell.get("regression") == "pre-existing"
 
 
 def _escape_data(text: str) -> str:
@@ -376,27 +303,27 @@ def _escape_property(text: str) -> str:
 def github_annotations(report: dict[str, Any]) -> list[str]:
     """``::error`` for each new failure (at the line that broke) and tool error; ``::notice`` per class not checked."""
     lines = []
-    for cell in report["cells"]:
-        if cell["status"] == "not_checked":
-            title = _escape_property(f"{cell['model_class']} not checked on {cell['backend']}")
-            lines.append(f"::notice title={title}::{_escape_data(cell_label(cell))}")
+    for cell in map(Cell.from_dict, report["cells"]):
+        if cell.status == "not_checked":
+            title = _escape_property(f"{cell.model_class} not checked on {cell.backend}")
+            lines.append(f"::notice title={title}::{_escape_data(cell.label())}")
             continue
-        if cell["status"] == "tool_error":
-            title = _escape_property(f"hfexport failed checking {cell['model_class']} on {cell['backend']}")
-            lines.append(f"::error title={title}::{_escape_data(cell_label(cell))}")
+        if cell.status == "tool_error":
+            title = _escape_property(f"hfexport failed checking {cell.model_class} on {cell.backend}")
+            lines.append(f"::error title={title}::{_escape_data(cell.label())}")
             continue
-        if not is_new_failure(cell):
+        if not cell.new_failure:
             continue
         # The line that broke when the trace reached the checkout's code, else the model class's line.
-        source = model_location(cell) or cell.get("source") or {}
+        source = cell.model_location or cell.source or {}
         location = ""
         if source.get("file"):
             location = f"file={_escape_property(source['file'])}"
             if source.get("line"):
                 location += f",line={source['line']}"
-        title = _escape_property(f"{cell['model_class']} does not export to {cell['backend']}")
+        title = _escape_property(f"{cell.model_class} does not export to {cell.backend}")
         properties = ",".join(filter(None, [location, f"title={title}"]))
-        lines.append(f"::error {properties}::{_escape_data(cell_label(cell))}")
+        lines.append(f"::error {properties}::{_escape_data(cell.label())}")
     return lines
 
 
@@ -469,5 +396,5 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             if key in seen:
                 raise ValueError(f"{key[0]} · {key[1]} appears in more than one report")
             seen.add(key)
-            merged["cells"].append({**dict.fromkeys(_V2_CELL_KEYS), **cell})
+            merged["cells"].append({**dict.fromkeys(V2_CELL_KEYS), **cell})
     return finalize(merged)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import changes, report
-from .cells import BACKENDS, FAILURE_STATUSES, shard_of
+from .cells import BACKENDS, FAILURE_STATUSES, Cell, in_shard
 from .jobs import JobOptions, WorkerError, WorkerProcess
 from .skips import skip_reason
 
@@ -120,31 +120,21 @@ def _resolve_names(worker: WorkerProcess, selection: changes.Selection, checkout
 # ── Jobs ──
 
 
-def _job(cell: dict[str, Any], selected: changes.SelectedClass, options: CheckOptions) -> dict[str, Any]:
+def _job(cell: Cell, selected: changes.SelectedClass, options: CheckOptions) -> dict[str, Any]:
     return {
         "model_type": selected.model_type,
         "model_class": selected.model_class,
         "module": selected.module,
-        "backend": cell["backend"],
+        "backend": cell.backend,
         "generation": options.generation,
     }
 
 
-def _apply_result(cell: dict[str, Any], result: dict[str, Any]) -> None:
-    for key in ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame"):
-        cell[key] = result.get(key)
-    cell["timings"] = result.get("timings") or {}
-    cell["workarounds"] = result.get("workarounds") or []
-    cell["disabled"] = result.get("disabled") or {}
-    if result.get("tolerance") is not None:
-        cell["tolerance"] = result["tolerance"]
-
-
 def _run_cells(
     worker: WorkerProcess,
-    cells: list[tuple[dict[str, Any], changes.SelectedClass]],
+    cells: list[tuple[Cell, changes.SelectedClass]],
     options: CheckOptions,
-    on_result: Callable[[dict[str, Any], dict[str, Any]], None],
+    on_result: Callable[[Cell, dict[str, Any]], None],
 ) -> None:
     """Run (cell, class) pairs on a worker; ``on_result(cell, result)`` as each finishes (in finishing order)."""
     worker.warm(sorted({s.module for _, s in cells if s.module}))
@@ -200,14 +190,14 @@ def _start(checkout: Path | None, options: CheckOptions) -> WorkerProcess:
     return worker
 
 
-def _classify_against_base(cell: dict[str, Any], base: dict[str, Any]) -> None:
+def _classify_against_base(cell: Cell, base: dict[str, Any]) -> None:
     # Only a model failure at base makes one at head pre-existing: a class not checked at base (not buildable there)
     # or a tool error there proves nothing, so the head's failure stays new.
     base_failed = base.get("status") in FAILURE_STATUSES
-    if cell["status"] in FAILURE_STATUSES:
-        cell["regression"] = "pre-existing" if base_failed else "new"
-    elif cell["status"] == "pass" and base_failed:
-        cell["regression"] = "fixed"
+    if cell.failed:
+        cell.regression = "pre-existing" if base_failed else "new"
+    elif cell.status == "pass" and base_failed:
+        cell.regression = "fixed"
 
 
 def run_check(
@@ -255,17 +245,17 @@ def run_check(
             done = 0
             total = len(pairs)
 
-            def record(cell: dict[str, Any], outcome: dict[str, Any]) -> None:
+            def record(cell: Cell, outcome: dict[str, Any]) -> None:
                 nonlocal done
-                _apply_result(cell, outcome)
-                if cell["status"] in FAILURE_STATUSES and target.base is None:
-                    cell["regression"] = "new"
+                cell.apply_result(outcome)
+                if cell.failed and target.base is None:
+                    cell.regression = "new"
                 done += 1
                 echo(report.progress_line(done, total, cell))
 
             to_run = []
             for cell, selected in pairs:
-                if cell["status"] == "skipped":
+                if cell.status == "skipped":
                     done += 1
                     echo(report.progress_line(done, total, cell))
                 else:
@@ -275,13 +265,13 @@ def run_check(
         finally:
             if head_worker is not None:
                 head_worker.close()
-    result["cells"] = [cell for cell, _ in pairs]
     if target.base is not None:
         _compare_with_base(target, options, pairs, echo)
+    result["cells"] = [cell.as_dict() for cell, _ in pairs]
     return report.finalize(result)
 
 
-def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[dict[str, Any], changes.SelectedClass]]:
+def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[Cell, changes.SelectedClass]]:
     pairs = []
     seen = set()
     for selected in selection.classes:
@@ -290,24 +280,23 @@ def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[di
         seen.add(selected.model_class)
         for backend in options.backends:
             source = {"file": selected.file, "line": selected.line} if selected.file else None
-            cell = report.new_cell(selected.model_type, selected.model_class, backend, source=source)
+            cell = Cell(selected.model_type, selected.model_class, backend, source=source)
             reason = skip_reason(selected.model_class)
             if reason:
-                cell.update(status="skipped", skip_reason=reason)
+                cell.status, cell.skip_reason = "skipped", reason
             pairs.append((cell, selected))
-    keep = {id(c) for c in shard_of([c for c, _ in pairs], options.shard)}
-    return [(c, s) for c, s in pairs if id(c) in keep]
+    return [(c, s) for c, s in pairs if in_shard(c.model_class, c.backend, options.shard)]
 
 
 def _compare_with_base(
     target: Target,
     options: CheckOptions,
-    pairs: list[tuple[dict[str, Any], changes.SelectedClass]],
+    pairs: list[tuple[Cell, changes.SelectedClass]],
     echo: Callable[[str], None],
 ) -> None:
     """Run at base what can change the verdict (failing cells; passing ones too with ``report_fixed``)."""
     wanted = {"pass", *FAILURE_STATUSES} if options.report_fixed else FAILURE_STATUSES
-    again = [(cell, selected) for cell, selected in pairs if cell["status"] in wanted]
+    again = [(cell, selected) for cell, selected in pairs if cell.status in wanted]
     if not again:
         return
     echo(f"running {len(again)} cell(s) at base {target.base[:12]} to tell new failures from pre-existing ones")
@@ -315,10 +304,10 @@ def _compare_with_base(
         worker = _start(base_code, options)
         try:
 
-            def record(cell: dict[str, Any], outcome: dict[str, Any]) -> None:
+            def record(cell: Cell, outcome: dict[str, Any]) -> None:
                 _classify_against_base(cell, outcome)
-                verdict = cell["regression"] or "unchanged"
-                echo(f"  base · {cell['model_class']} · {cell['backend']}: {outcome.get('status')} -> {verdict}")
+                verdict = cell.regression or "unchanged"
+                echo(f"  base · {cell.model_class} · {cell.backend}: {outcome.get('status')} -> {verdict}")
 
             _run_cells(worker, again, options, record)
         finally:

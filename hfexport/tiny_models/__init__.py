@@ -9,11 +9,12 @@ Everything is built from config classes: nothing is downloaded. The package read
 - ``inputs``: sample inputs, put together by a registry of input builders.
 """
 
+from ..families import CORE_MODEL_TYPES
 from .classes import UnknownModelError, all_model_types, model_classes_for_type, resolve_model_class
 from .configs import tester_config, tiny_config
 from .inputs import sample_inputs
 from .models import load_local_model, tiny_model
-from .tables import ALTERNATE_CONFIGS, CORE_MODEL_TYPES, HIDDEN
+from .tables import ALTERNATE_CONFIGS, HIDDEN
 
 __all__ = [
     "ALTERNATE_CONFIGS",

@@ -7,24 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# The architectures every backend must export and round-trip (one per family the exporters treat differently).
-CORE_MODEL_TYPES = (
-    "llama",
-    "mistral",
-    "qwen2",
-    "gemma",
-    "gpt2",
-    "bert",
-    "roberta",
-    "t5",
-    "bart",
-    "vit",
-    "resnet",
-    "wav2vec2",
-    "whisper",
-    "clip",
-)
-
 # ── Tiny sizes ──
 HIDDEN = 32
 HEADS = 4
