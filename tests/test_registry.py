@@ -19,10 +19,12 @@ from hfexport.exporters.registry import (
     apply_patches,
     apply_program_fixes,
     onnx_translation_table,
+    optimizer_skips,
     register_fx_node_fix,
     register_fx_program_fix,
     register_ir_fix,
     register_lowering_swap,
+    register_onnx_optimizer_skip,
     register_onnx_translation,
     register_patch,
     unresolved_targets,
@@ -302,3 +304,21 @@ def test_registry_cli_lists_and_checks(isolated_registries, target_module):
     assert "_patch_gone" in result.output
     assert "Stands in for a workaround" in result.output
     assert "UNRESOLVED dynamo _patch_gone" in result.output
+
+
+def test_optimizer_skips_name_model_classes_and_check_resolves_them(isolated_registries):
+    from click.testing import CliRunner
+
+    from hfexport.cli import main
+
+    @register_onnx_optimizer_skip("torch.nn.Linear", "transformers.models.no_such_model.modeling.NoSuchModel")
+    def _skip_optimizer_on_test_bug():
+        """Stands in for an onnxscript optimizer crash on one model class."""
+
+    assert [w.name for w in optimizer_skips("onnx", "torch.nn.Linear")] == ["_skip_optimizer_on_test_bug"]
+    assert optimizer_skips("onnx", "torch.nn.Conv2d") == []
+    result = CliRunner().invoke(main, ["registry", "--backend", "onnx", "--check"])
+    assert result.exit_code == 0, result.output
+    assert "onnx               5 ONNX IR fixes        optimizer_skip   _skip_optimizer_on_test_bug" in result.output
+    assert "why: Stands in for an onnxscript optimizer crash" in result.output
+    assert "absent model onnx _skip_optimizer_on_test_bug: transformers.models.no_such_model" in result.output

@@ -4,7 +4,7 @@ Kinds: a *patch* is a factory ``original -> replacement`` bound to dotted paths 
 runs; a *lowering swap* is a patch installed only around ExecuTorch lowering with ``fast_lowering`` (a speed-up, not
 a repair). A *fix* rewrites the traced artifact: a node fix is ``(graph_module, node) -> changed``, a program fix
 ``(exported_program) -> changed``, an IR fix ``(onnx_ir.Model) -> changed``. An *ONNX translation* lowers one op
-with onnxscript.
+with onnxscript. An *optimizer skip* names model classes whose ONNX export skips onnxscript's optimizer.
 
 Every kind lives in one registry: a dict from key to workarounds in registration order. A key is a backend
 (``"dynamo"``, ``"onnx"``, ``"executorch"``) or one delegate of a backend (``"executorch.xnnpack"``); an export runs
@@ -33,6 +33,7 @@ NODE_FIX = "fx_node_fix"
 PROGRAM_FIX = "fx_program_fix"
 ONNX_TRANSLATION = "onnx_translation"
 IR_FIX = "ir_fix"
+OPTIMIZER_SKIP = "optimizer_skip"
 
 Keys = str | Sequence[str]
 
@@ -44,7 +45,7 @@ class Workaround:
     key: str  # a backend ("executorch"), or one of its delegates ("executorch.xnnpack")
     kind: str
     function: Callable
-    targets: tuple[str, ...] = ()  # dotted paths: what a patch replaces, the op a translation lowers
+    targets: tuple[str, ...] = ()  # dotted paths: what a patch replaces, the op a translation lowers, a model class
 
     @property
     def name(self) -> str:
@@ -78,6 +79,7 @@ _STAGES = {
     ("onnx", NODE_FIX): "3 FX node fixes",
     ("onnx", ONNX_TRANSLATION): "4 ONNX translations",
     ("onnx", IR_FIX): "5 ONNX IR fixes",
+    ("onnx", OPTIMIZER_SKIP): "5 ONNX IR fixes",
     ("executorch", PATCH): "2 torch patches",
     ("executorch", LOWERING_SWAP): "3 ExecuTorch patches",
     ("executorch", PROGRAM_FIX): "4 FX program fixes",
@@ -134,6 +136,13 @@ def register_onnx_translation(*ops: str) -> Callable[[Callable], Callable]:
 def register_ir_fix(key: str) -> Callable[[Callable], Callable]:
     """Register ``fix(onnx_ir.Model) -> changed`` run on the finished ONNX program."""
     return _registering(key, IR_FIX)
+
+
+def register_onnx_optimizer_skip(*class_paths: str) -> Callable[[Callable], Callable]:
+    """Export the model classes at these dotted paths without onnxscript's optimizer; the function holds the why."""
+    if not class_paths:
+        raise ValueError("register_onnx_optimizer_skip needs at least one model class path")
+    return _registering("onnx", OPTIMIZER_SKIP, class_paths)
 
 
 def registered(keys: Keys, kind: str) -> list[Workaround]:
@@ -304,6 +313,11 @@ def onnx_translation_table(keys: Keys, report: PatchReport | None = None) -> dic
                 if report is not None:
                     report.unresolved.append(_record(workaround, path))
     return table
+
+
+def optimizer_skips(keys: Keys, class_path: str) -> list[Workaround]:
+    """The optimizer skips of ``keys`` that name the model class at ``class_path``."""
+    return [workaround for workaround in registered(keys, OPTIMIZER_SKIP) if class_path in workaround.targets]
 
 
 # ── Running fixes ──
