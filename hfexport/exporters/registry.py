@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from ..compat import UnresolvedPathError, resolve, resolve_path
+from ..compat import INTERNALS, UnresolvedPathError, resolve, resolve_path
 
 logger = logging.getLogger("hfexport")
 
@@ -46,6 +46,7 @@ class Workaround:
     kind: str
     function: Callable
     targets: tuple[str, ...] = ()  # dotted paths: what a patch replaces, the op a translation lowers, a model class
+    defined_by: str | None = None  # the declared transformers internal (compat) whose import defines the targets
 
     @property
     def name(self) -> str:
@@ -94,9 +95,14 @@ _BACKEND_INTERNALS = {
 _REGISTRY: dict[str, list[Workaround]] = defaultdict(list)
 
 
-def _registering(key: str, kind: str, targets: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+def _registering(
+    key: str, kind: str, targets: tuple[str, ...] = (), defined_by: str | None = None
+) -> Callable[[Callable], Callable]:
+    if defined_by is not None and defined_by not in INTERNALS:
+        raise ValueError(f"{defined_by} is not a transformers internal declared in hfexport/compat.py")
+
     def decorator(function: Callable) -> Callable:
-        _REGISTRY[key].append(Workaround(key, kind, function, targets))
+        _REGISTRY[key].append(Workaround(key, kind, function, targets, defined_by))
         return function
 
     return decorator
@@ -126,11 +132,14 @@ def register_fx_program_fix(key: str) -> Callable[[Callable], Callable]:
     return _registering(key, PROGRAM_FIX)
 
 
-def register_onnx_translation(*ops: str) -> Callable[[Callable], Callable]:
-    """Register an onnxscript function as torch.onnx's lowering of the ops at these dotted paths."""
+def register_onnx_translation(*ops: str, defined_by: str | None = None) -> Callable[[Callable], Callable]:
+    """Register an onnxscript function as torch.onnx's lowering of the ops at these dotted paths.
+
+    ``defined_by``: the declared transformers internal whose import defines the ops (a custom op of transformers).
+    """
     if not ops:
         raise ValueError("register_onnx_translation needs at least one op path")
-    return _registering("onnx", ONNX_TRANSLATION, ops)
+    return _registering("onnx", ONNX_TRANSLATION, ops, defined_by)
 
 
 def register_ir_fix(key: str) -> Callable[[Callable], Callable]:
@@ -173,11 +182,16 @@ def workaround_reason(function: Callable) -> str:
 # ── Dotted-path resolution ──
 
 
-def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str, bool]]:
-    """Every (workaround, reason, model_absent) whose target path does not resolve in the installed packages.
+# Why a target that does not resolve is simply not needed in this transformers (a release older or newer than it):
+ABSENT_MODEL = "model"  # its transformers.models.<type> package is not there
+ABSENT_FEATURE = "feature"  # the internal that defines it (defined_by) is not there: compat has that feature off
 
-    ``model_absent``: the target is in a ``transformers.models.<type>`` package this transformers does not have (a
-    model newer or older than it), so the workaround is simply not needed here.
+
+def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str, str | None]]:
+    """Every (workaround, reason, absent) whose target path does not resolve in the installed packages.
+
+    ``absent``: ``ABSENT_MODEL`` or ``ABSENT_FEATURE`` when the target is only absent from this transformers, None
+    when it drifted (a renamed or removed target: the workaround no longer applies where it should).
     """
     missing = []
     for workaround in all_workarounds(backend):
@@ -185,8 +199,16 @@ def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str
             try:
                 resolve_path(target)
             except UnresolvedPathError as error:
-                missing.append((workaround, str(error), _model_absent(target)))
+                missing.append((workaround, str(error), _absence(workaround, target)))
     return missing
+
+
+def _absence(workaround: Workaround, target: str) -> str | None:
+    if _model_absent(target):
+        return ABSENT_MODEL
+    if workaround.defined_by is not None and _internal_absent(workaround.defined_by):
+        return ABSENT_FEATURE
+    return None
 
 
 def _model_absent(path: str) -> bool:
@@ -194,6 +216,14 @@ def _model_absent(path: str) -> bool:
     if parts[:2] != ["transformers", "models"] or len(parts) < 3:
         return False
     return importlib.util.find_spec(".".join(parts[:3])) is None
+
+
+def _internal_absent(path: str) -> bool:
+    try:
+        resolve(path)
+    except UnresolvedPathError:
+        return True
+    return False
 
 
 # ── Installing patches ──

@@ -147,7 +147,9 @@ def _aten_sym_floordiv(self: Any, other: Any) -> Any:
 compat.internal("transformers.integrations.moe")
 
 
-@register_onnx_translation("torch.ops.transformers.grouped_mm_fallback.default")
+@register_onnx_translation(
+    "torch.ops.transformers.grouped_mm_fallback.default", defined_by="transformers.integrations.moe"
+)
 def _aten_grouped_mm(mat_a: Any, mat_b: Any, offs: Any) -> Any:
     # MoE experts (mixtral, qwen2_moe, ...) run transformers::grouped_mm_fallback, which torchlib cannot lower.
     # Rows are sorted by expert and offs holds cumulative row counts: every expert runs on every row, each row keeps
