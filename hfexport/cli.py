@@ -135,13 +135,16 @@ def _check_registry(backend: str | None) -> None:
     import transformers
 
     from . import compat
-    from .exporters.registry import unresolved_targets
+    from .exporters.registry import ABSENT_FEATURE, ABSENT_MODEL, unresolved_targets
 
     click.echo(f"checking against transformers {transformers.__version__} at {Path(transformers.__file__).parent}")
     problems = 0
-    for workaround, reason, model_absent in unresolved_targets(backend):
-        if model_absent:
+    for workaround, reason, absent in unresolved_targets(backend):
+        if absent == ABSENT_MODEL:
             click.echo(f"absent model {workaround.key} {workaround.name}: {reason} (not needed here)")
+        elif absent == ABSENT_FEATURE:
+            off = compat.INTERNALS[workaround.defined_by].feature
+            click.echo(f"absent feature {workaround.key} {workaround.name}: {reason} (off here: {off})")
         else:
             problems += 1
             click.echo(f"UNRESOLVED {workaround.key} {workaround.name}: {reason}", err=True)

@@ -19,7 +19,7 @@ from hfexport.exporters import (
     ExportedModel,
     ExportStageError,
     exporter_executorch,  # noqa: F401  (registers the ExecuTorch workarounds taken out below)
-    exporter_onnx,
+    exporter_onnx,  # noqa: F401  (registers the ONNX workarounds taken out below)
     registry,
 )
 from hfexport.exporters import pytree as export_pytree
@@ -213,13 +213,14 @@ def test_dynamo_keeps_complex_rotary_and_erfinv(tmp_path, model_class: str) -> N
     assert _max_diff(loaded(**inputs), expected) < 1e-4
 
 
-def test_onnx_disable_optimize_prophetnet_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_onnx_optimizer_skip_of_prophetnet_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("ProphetNetForCausalLM")
     inputs = sample_inputs(model)
     path = f"{type(model).__module__}.{type(model).__qualname__}"
-    assert "SplitToSequence" in exporter_onnx.ONNX_DISABLE_OPTIMIZE[path]
+    (skip,) = registry.optimizer_skips("onnx", path)
+    assert "SplitToSequence" in skip.reason
     with monkeypatch.context() as patched:
-        patched.delitem(exporter_onnx.ONNX_DISABLE_OPTIMIZE, path)
+        _without(patched, "onnx", skip.name)
         with pytest.raises(ExportStageError, match="stage 5") as raised:
             _export(model, inputs, "onnx")
     causes, error = [], raised.value

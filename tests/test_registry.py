@@ -19,10 +19,12 @@ from hfexport.exporters.registry import (
     apply_patches,
     apply_program_fixes,
     onnx_translation_table,
+    optimizer_skips,
     register_fx_node_fix,
     register_fx_program_fix,
     register_ir_fix,
     register_lowering_swap,
+    register_onnx_optimizer_skip,
     register_onnx_translation,
     register_patch,
     unresolved_targets,
@@ -183,7 +185,7 @@ def test_unresolvable_path_is_reported_not_fatal(isolated_registries, target_mod
     assert [record["target"] for record in report.unresolved] == ["hfexport_registry_target.Target.does_not_exist"]
     assert "does_not_exist" in caplog.text
     missing = unresolved_targets("test")
-    assert [(w.name, absent) for w, _, absent in missing] == [("_patch_typo", False)]
+    assert [(w.name, absent) for w, _, absent in missing] == [("_patch_typo", None)]
 
 
 def _small_graph_module():
@@ -302,3 +304,54 @@ def test_registry_cli_lists_and_checks(isolated_registries, target_module):
     assert "_patch_gone" in result.output
     assert "Stands in for a workaround" in result.output
     assert "UNRESOLVED dynamo _patch_gone" in result.output
+
+
+def test_optimizer_skips_name_model_classes_and_check_resolves_them(isolated_registries):
+    from click.testing import CliRunner
+
+    from hfexport.cli import main
+
+    @register_onnx_optimizer_skip("torch.nn.Linear", "transformers.models.no_such_model.modeling.NoSuchModel")
+    def _skip_optimizer_on_test_bug():
+        """Stands in for an onnxscript optimizer crash on one model class."""
+
+    assert [w.name for w in optimizer_skips("onnx", "torch.nn.Linear")] == ["_skip_optimizer_on_test_bug"]
+    assert optimizer_skips("onnx", "torch.nn.Conv2d") == []
+    result = CliRunner().invoke(main, ["registry", "--backend", "onnx", "--check"])
+    assert result.exit_code == 0, result.output
+    assert "onnx               5 ONNX IR fixes        optimizer_skip   _skip_optimizer_on_test_bug" in result.output
+    assert "why: Stands in for an onnxscript optimizer crash" in result.output
+    assert "absent model onnx _skip_optimizer_on_test_bug: transformers.models.no_such_model" in result.output
+
+
+def test_a_target_defined_by_a_missing_internal_is_absent_with_its_feature_off(isolated_registries, monkeypatch):
+    # As _aten_grouped_mm's op on a transformers without integrations.moe (4.57.6): absent there, not drifted.
+    from click.testing import CliRunner
+
+    from hfexport import compat
+    from hfexport.cli import main
+
+    missing = "transformers.integrations.hfexport_no_such_module"
+    monkeypatch.setitem(compat.INTERNALS, missing, compat.Internal(missing, "a test feature"))
+
+    @register_onnx_translation("torch.ops.hfexport_test.no_such_op.default", defined_by=missing)
+    def _aten_op_of_a_missing_module(x):
+        return x
+
+    @register_onnx_translation(
+        "torch.ops.transformers.hfexport_renamed_op.default", defined_by="transformers.integrations.moe"
+    )
+    def _aten_op_renamed_upstream(x):
+        return x
+
+    absent = {w.name: why for w, _, why in unresolved_targets("onnx")}
+    assert absent == {"_aten_op_of_a_missing_module": registry.ABSENT_FEATURE, "_aten_op_renamed_upstream": None}
+    result = CliRunner().invoke(main, ["registry", "--backend", "onnx", "--check"])
+    assert result.exit_code == 1  # the missing internal itself, reported once
+    assert f"MISSING transformers internal {missing}: off here: a test feature" in result.output
+    assert "absent feature onnx _aten_op_of_a_missing_module: torch.ops.hfexport_test.no_such_op" in result.output
+    assert "(off here: a test feature)" in result.output
+    assert "UNRESOLVED onnx _aten_op_of_a_missing_module" not in result.output
+    assert "UNRESOLVED onnx _aten_op_renamed_upstream" in result.output
+    with pytest.raises(ValueError, match="not a transformers internal declared"):
+        register_onnx_translation("operator.floordiv", defined_by="transformers.undeclared")

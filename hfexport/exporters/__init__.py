@@ -16,6 +16,7 @@ from .registry import (
     register_fx_program_fix,
     register_ir_fix,
     register_lowering_swap,
+    register_onnx_optimizer_skip,
     register_onnx_translation,
     register_patch,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "register_fx_program_fix",
     "register_ir_fix",
     "register_lowering_swap",
+    "register_onnx_optimizer_skip",
     "register_onnx_translation",
     "register_patch",
     *_LAZY,

@@ -7,7 +7,8 @@
 2. ONNX patches: torch.onnx internals, installed around lowering (a hook re-runs stage 3 after decomposition);
 3. FX node fixes: single graph nodes torch.onnx cannot lower;
 4. ONNX translations: onnxscript lowerings handed to ``torch.onnx.export``;
-5. ONNX IR fixes: the finished program is optimized, named, fixed for onnxruntime and checked.
+5. ONNX IR fixes: the finished program is optimized (unless an optimizer skip names the model class), named, fixed
+   for onnxruntime and checked.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .registry import (  # noqa: E402
     apply_patches,
     merged_records,
     onnx_translation_table,
+    optimizer_skips,
 )
 from .utils import ExportStageError, export_stage  # noqa: E402
 from .workarounds import lowered as _lowered_workarounds  # noqa: E402, F401 - registers model patches for "onnx"
@@ -90,7 +92,7 @@ class OnnxExporter(DynamoExporter):
             _APPLIED_FIXES.reset(token)
         with _stage(5, "ONNX IR fixes"):
             started = time.perf_counter()
-            optimize = config.optimize and _class_path(model) not in ONNX_DISABLE_OPTIMIZE
+            optimize = config.optimize and not optimizer_skips(keys, _class_path(model))
             if optimize:
                 onnx_program.optimize()
                 timings["optimize"] = round(time.perf_counter() - started, 3)
@@ -163,19 +165,9 @@ def _stage(number: int, name: str) -> Iterator[None]:
 
 
 # ── Stage 5: ONNX IR fixes ──
-# The finished program is optimized (unless ``ONNX_DISABLE_OPTIMIZE`` names the model), named, fixed for onnxruntime
-# and checked. Extend with ``@register_ir_fix("onnx")`` (``fix(model) -> changed``) in ``workarounds/onnx.py``.
-
-# Model classes whose export skips the onnxscript optimizer, each beside the upstream bug that requires it.
-# The list is meant to shrink; no entry without a specific upstream bug.
-_SPLIT_TO_SEQUENCE_BUG = (
-    "onnxscript 0.7.2 constant folding crashes on SplitToSequence whose `split` is a non-constant scalar "
-    "(split_to_sequence reads split_value.ndim of None; the split=None case was fixed in microsoft/onnxscript#2550)"
-)
-ONNX_DISABLE_OPTIMIZE: dict[str, str] = {
-    f"transformers.models.prophetnet.modeling_prophetnet.{name}": _SPLIT_TO_SEQUENCE_BUG
-    for name in ("ProphetNetModel", "ProphetNetForConditionalGeneration", "ProphetNetForCausalLM")
-}
+# The finished program is optimized, named, fixed for onnxruntime and checked. Extend with ``@register_ir_fix("onnx")``
+# (``fix(model) -> changed``) in ``workarounds/onnx.py``; a model class the optimizer breaks on gets
+# ``@register_onnx_optimizer_skip("<class path>")`` there, beside the upstream bug (skips are meant to go).
 
 # Above this many bytes of weights, ``model.onnx`` keeps its tensors in a ``model.onnx.data`` sidecar file.
 EXTERNAL_DATA_THRESHOLD_BYTES = 1 << 30

@@ -4,7 +4,7 @@ Kinds: a *patch* is a factory ``original -> replacement`` bound to dotted paths 
 runs; a *lowering swap* is a patch installed only around ExecuTorch lowering with ``fast_lowering`` (a speed-up, not
 a repair). A *fix* rewrites the traced artifact: a node fix is ``(graph_module, node) -> changed``, a program fix
 ``(exported_program) -> changed``, an IR fix ``(onnx_ir.Model) -> changed``. An *ONNX translation* lowers one op
-with onnxscript.
+with onnxscript. An *optimizer skip* names model classes whose ONNX export skips onnxscript's optimizer.
 
 Every kind lives in one registry: a dict from key to workarounds in registration order. A key is a backend
 (``"dynamo"``, ``"onnx"``, ``"executorch"``) or one delegate of a backend (``"executorch.xnnpack"``); an export runs
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from ..compat import UnresolvedPathError, resolve, resolve_path
+from ..compat import INTERNALS, UnresolvedPathError, resolve, resolve_path
 
 logger = logging.getLogger("hfexport")
 
@@ -33,6 +33,7 @@ NODE_FIX = "fx_node_fix"
 PROGRAM_FIX = "fx_program_fix"
 ONNX_TRANSLATION = "onnx_translation"
 IR_FIX = "ir_fix"
+OPTIMIZER_SKIP = "optimizer_skip"
 
 Keys = str | Sequence[str]
 
@@ -44,7 +45,8 @@ class Workaround:
     key: str  # a backend ("executorch"), or one of its delegates ("executorch.xnnpack")
     kind: str
     function: Callable
-    targets: tuple[str, ...] = ()  # dotted paths: what a patch replaces, the op a translation lowers
+    targets: tuple[str, ...] = ()  # dotted paths: what a patch replaces, the op a translation lowers, a model class
+    defined_by: str | None = None  # the declared transformers internal (compat) whose import defines the targets
 
     @property
     def name(self) -> str:
@@ -78,6 +80,7 @@ _STAGES = {
     ("onnx", NODE_FIX): "3 FX node fixes",
     ("onnx", ONNX_TRANSLATION): "4 ONNX translations",
     ("onnx", IR_FIX): "5 ONNX IR fixes",
+    ("onnx", OPTIMIZER_SKIP): "5 ONNX IR fixes",
     ("executorch", PATCH): "2 torch patches",
     ("executorch", LOWERING_SWAP): "3 ExecuTorch patches",
     ("executorch", PROGRAM_FIX): "4 FX program fixes",
@@ -92,9 +95,14 @@ _BACKEND_INTERNALS = {
 _REGISTRY: dict[str, list[Workaround]] = defaultdict(list)
 
 
-def _registering(key: str, kind: str, targets: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+def _registering(
+    key: str, kind: str, targets: tuple[str, ...] = (), defined_by: str | None = None
+) -> Callable[[Callable], Callable]:
+    if defined_by is not None and defined_by not in INTERNALS:
+        raise ValueError(f"{defined_by} is not a transformers internal declared in hfexport/compat.py")
+
     def decorator(function: Callable) -> Callable:
-        _REGISTRY[key].append(Workaround(key, kind, function, targets))
+        _REGISTRY[key].append(Workaround(key, kind, function, targets, defined_by))
         return function
 
     return decorator
@@ -124,16 +132,26 @@ def register_fx_program_fix(key: str) -> Callable[[Callable], Callable]:
     return _registering(key, PROGRAM_FIX)
 
 
-def register_onnx_translation(*ops: str) -> Callable[[Callable], Callable]:
-    """Register an onnxscript function as torch.onnx's lowering of the ops at these dotted paths."""
+def register_onnx_translation(*ops: str, defined_by: str | None = None) -> Callable[[Callable], Callable]:
+    """Register an onnxscript function as torch.onnx's lowering of the ops at these dotted paths.
+
+    ``defined_by``: the declared transformers internal whose import defines the ops (a custom op of transformers).
+    """
     if not ops:
         raise ValueError("register_onnx_translation needs at least one op path")
-    return _registering("onnx", ONNX_TRANSLATION, ops)
+    return _registering("onnx", ONNX_TRANSLATION, ops, defined_by)
 
 
 def register_ir_fix(key: str) -> Callable[[Callable], Callable]:
     """Register ``fix(onnx_ir.Model) -> changed`` run on the finished ONNX program."""
     return _registering(key, IR_FIX)
+
+
+def register_onnx_optimizer_skip(*class_paths: str) -> Callable[[Callable], Callable]:
+    """Export the model classes at these dotted paths without onnxscript's optimizer; the function holds the why."""
+    if not class_paths:
+        raise ValueError("register_onnx_optimizer_skip needs at least one model class path")
+    return _registering("onnx", OPTIMIZER_SKIP, class_paths)
 
 
 def registered(keys: Keys, kind: str) -> list[Workaround]:
@@ -164,11 +182,16 @@ def workaround_reason(function: Callable) -> str:
 # ── Dotted-path resolution ──
 
 
-def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str, bool]]:
-    """Every (workaround, reason, model_absent) whose target path does not resolve in the installed packages.
+# Why a target that does not resolve is simply not needed in this transformers (a release older or newer than it):
+ABSENT_MODEL = "model"  # its transformers.models.<type> package is not there
+ABSENT_FEATURE = "feature"  # the internal that defines it (defined_by) is not there: compat has that feature off
 
-    ``model_absent``: the target is in a ``transformers.models.<type>`` package this transformers does not have (a
-    model newer or older than it), so the workaround is simply not needed here.
+
+def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str, str | None]]:
+    """Every (workaround, reason, absent) whose target path does not resolve in the installed packages.
+
+    ``absent``: ``ABSENT_MODEL`` or ``ABSENT_FEATURE`` when the target is only absent from this transformers, None
+    when it drifted (a renamed or removed target: the workaround no longer applies where it should).
     """
     missing = []
     for workaround in all_workarounds(backend):
@@ -176,8 +199,16 @@ def unresolved_targets(backend: str | None = None) -> list[tuple[Workaround, str
             try:
                 resolve_path(target)
             except UnresolvedPathError as error:
-                missing.append((workaround, str(error), _model_absent(target)))
+                missing.append((workaround, str(error), _absence(workaround, target)))
     return missing
+
+
+def _absence(workaround: Workaround, target: str) -> str | None:
+    if _model_absent(target):
+        return ABSENT_MODEL
+    if workaround.defined_by is not None and _internal_absent(workaround.defined_by):
+        return ABSENT_FEATURE
+    return None
 
 
 def _model_absent(path: str) -> bool:
@@ -185,6 +216,14 @@ def _model_absent(path: str) -> bool:
     if parts[:2] != ["transformers", "models"] or len(parts) < 3:
         return False
     return importlib.util.find_spec(".".join(parts[:3])) is None
+
+
+def _internal_absent(path: str) -> bool:
+    try:
+        resolve(path)
+    except UnresolvedPathError:
+        return True
+    return False
 
 
 # ── Installing patches ──
@@ -304,6 +343,11 @@ def onnx_translation_table(keys: Keys, report: PatchReport | None = None) -> dic
                 if report is not None:
                     report.unresolved.append(_record(workaround, path))
     return table
+
+
+def optimizer_skips(keys: Keys, class_path: str) -> list[Workaround]:
+    """The optimizer skips of ``keys`` that name the model class at ``class_path``."""
+    return [workaround for workaround in registered(keys, OPTIMIZER_SKIP) if class_path in workaround.targets]
 
 
 # ── Running fixes ──

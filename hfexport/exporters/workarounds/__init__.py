@@ -1,6 +1,6 @@
 """Every workaround, one module per registry key: ``dynamo``, ``onnx``, ``executorch`` and its delegate ``xnnpack``.
 
 Each backend's exporter module imports its workaround modules, so a workaround is registered when its backend loads
-(this package imports nothing itself). ``grep -nE "^def (_patch_|_fix_|_aten_)" hfexport/exporters/workarounds/*.py``
-lists them all; ``hfexport registry`` lists them with their key, stage and reason.
+(this package imports nothing itself). ``grep -nE "^def (_patch_|_fix_|_aten_|_skip_)"
+hfexport/exporters/workarounds/*.py`` lists them all; ``hfexport registry`` lists them with their key, stage and reason.
 """

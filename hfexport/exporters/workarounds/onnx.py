@@ -1,6 +1,8 @@
-"""ONNX workarounds (key ``"onnx"``): torch.onnx patches, FX node fixes, onnxscript translations and IR fixes.
+"""ONNX workarounds (key ``"onnx"``): torch.onnx patches, FX node fixes, onnxscript translations, IR fixes and
+optimizer skips.
 
-Sections follow ``OnnxExporter``'s stages: 2 ONNX patches, 3 FX node fixes, 4 ONNX translations, 5 ONNX IR fixes.
+Sections follow ``OnnxExporter``'s stages: 2 ONNX patches, 3 FX node fixes, 4 ONNX translations, 5 ONNX IR fixes
+(optimizer skips first: the optimizer runs first in that stage).
 Stage 1's model patches are in ``lowered.py``: ExecuTorch needs each of them as well.
 """
 
@@ -21,6 +23,7 @@ from ..registry import (
     apply_node_fixes,
     register_fx_node_fix,
     register_ir_fix,
+    register_onnx_optimizer_skip,
     register_onnx_translation,
     register_patch,
 )
@@ -144,7 +147,9 @@ def _aten_sym_floordiv(self: Any, other: Any) -> Any:
 compat.internal("transformers.integrations.moe")
 
 
-@register_onnx_translation("torch.ops.transformers.grouped_mm_fallback.default")
+@register_onnx_translation(
+    "torch.ops.transformers.grouped_mm_fallback.default", defined_by="transformers.integrations.moe"
+)
 def _aten_grouped_mm(mat_a: Any, mat_b: Any, offs: Any) -> Any:
     # MoE experts (mixtral, qwen2_moe, ...) run transformers::grouped_mm_fallback, which torchlib cannot lower.
     # Rows are sorted by expert and offs holds cumulative row counts: every expert runs on every row, each row keeps
@@ -162,6 +167,21 @@ def _aten_grouped_mm(mat_a: Any, mat_b: Any, offs: Any) -> Any:
 
 
 # ── ONNX IR fixes (stage 5) ──
+
+
+_PROPHETNET = "transformers.models.prophetnet.modeling_prophetnet"
+
+
+@register_onnx_optimizer_skip(
+    f"{_PROPHETNET}.ProphetNetModel",
+    f"{_PROPHETNET}.ProphetNetForConditionalGeneration",
+    f"{_PROPHETNET}.ProphetNetForCausalLM",
+)
+def _skip_optimizer_on_split_to_sequence_of_scalar() -> None:
+    """onnxscript 0.7.2 constant folding crashes on SplitToSequence whose `split` is a non-constant scalar (prophetnet).
+
+    It reads split_value.ndim of None; the split=None case was fixed in microsoft/onnxscript#2550.
+    """
 
 
 @register_ir_fix("onnx")

@@ -1,0 +1,113 @@
+"""The modules traced for generation: prefill and decode step (decoder-only), encoder and decoder step (seq2seq)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import Cache, DynamicCache, EncoderDecoderCache
+
+from .cache import CacheLayout, slot_cache
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+def _cache_outputs(cache: Cache) -> dict[str, list[torch.Tensor]]:
+    return {
+        "present_keys": [layer.keys for layer in cache.layers],
+        "present_values": [layer.values for layer in cache.layers],
+    }
+
+
+def _decoder_outputs(model: PreTrainedModel, cache: Cache, **inputs: torch.Tensor) -> dict[str, Any]:
+    outputs = model(**inputs, past_key_values=cache, use_cache=True)
+    # Greedy decoding only reads the last position: the other logits never leave the graph.
+    return {"logits": outputs.logits[:, -1, :], **_cache_outputs(cache)}
+
+
+class DecoderPrefill(torch.nn.Module):
+    """The prompt on an empty cache: the last position's logits and the cache with the prompt in slots 0..S-1."""
+
+    def __init__(self, model: PreTrainedModel, layout: CacheLayout):
+        super().__init__()
+        self.model = model
+        self.layout = layout
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> dict[str, Any]:
+        keys, values = self.layout.zeros(input_ids.shape[0])
+        cache = slot_cache(keys, values, torch.arange(input_ids.shape[1]))
+        return _decoder_outputs(
+            self.model, cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        )
+
+
+class DecoderStep(torch.nn.Module):
+    """One new token per sequence, written to slot ``cache_position``; the mask covers every slot."""
+
+    def __init__(self, model: PreTrainedModel):
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache_position: torch.Tensor,
+        past_keys: list[torch.Tensor],
+        past_values: list[torch.Tensor],
+    ) -> dict[str, Any]:
+        cache = slot_cache(past_keys, past_values, cache_position)
+        return _decoder_outputs(
+            self.model, cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        )
+
+
+class Seq2SeqEncoder(torch.nn.Module):
+    def __init__(self, model: PreTrainedModel):
+        super().__init__()
+        self.encoder = model.get_encoder()
+
+    def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"encoder_hidden_states": self.encoder(**inputs).last_hidden_state}
+
+
+class Seq2SeqDecoderStep(torch.nn.Module):
+    """One decoder token on the self-attention slot cache; cross-attention keys are recomputed from the encoder.
+
+    Every sequence starts from the same decoder start token, so there is no decoder padding: causality alone masks
+    the slots not written yet.
+    """
+
+    def __init__(self, model: PreTrainedModel):
+        super().__init__()
+        self.model = model
+        self.takes_positions = "decoder_position_ids" in inspect.signature(model.forward).parameters
+
+    def forward(
+        self,
+        decoder_input_ids: torch.Tensor,
+        cache_position: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        past_keys: list[torch.Tensor],
+        past_values: list[torch.Tensor],
+        encoder_attention_mask: torch.Tensor | None = None,
+    ) -> dict[str, Any]:
+        self_cache = slot_cache(past_keys, past_values, cache_position)
+        extra = {}
+        if self.takes_positions:
+            # Whisper slices its position table by the cache length otherwise, a data-dependent slice.
+            extra["decoder_position_ids"] = cache_position.unsqueeze(0).expand(decoder_input_ids.shape[0], -1)
+        outputs = self.model(
+            encoder_outputs=(encoder_hidden_states,),
+            attention_mask=encoder_attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            past_key_values=EncoderDecoderCache(self_cache, DynamicCache()),
+            use_cache=True,
+            **extra,
+        )
+        return {"logits": outputs.logits[:, -1, :], **_cache_outputs(self_cache)}

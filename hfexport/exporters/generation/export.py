@@ -1,0 +1,271 @@
+"""Export of the generation components and the ``generation`` entry of export.json that the greedy loop reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import Cache, EncoderDecoderCache
+
+from .cache import CacheLayerMixin, layout_from_cache
+from .components import DecoderPrefill, DecoderStep, Seq2SeqDecoderStep, Seq2SeqEncoder
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+logger = logging.getLogger("hfexport")
+
+DEFAULT_MAX_CACHE_LEN = 128
+DECODER_ONLY = "decoder-only"
+ENCODER_DECODER = "encoder-decoder"
+
+
+def _max_positions(model: PreTrainedModel) -> int | None:
+    config = model.config.get_text_config(decoder=True)
+    for key in ("max_target_positions", "max_position_embeddings", "n_positions"):
+        if isinstance(value := getattr(config, key, None), int):
+            return value
+    return None
+
+
+def token_id_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+
+
+def _special_tokens(model: PreTrainedModel) -> dict[str, Any]:
+    """The generation-config entries the greedy loop honours, as eager ``generate`` reads them."""
+    generation_config = getattr(model, "generation_config", None) or model.config
+    pad = getattr(generation_config, "pad_token_id", None)
+    start = getattr(generation_config, "decoder_start_token_id", None)
+    if start is None:  # eager generate falls back to bos for encoder-decoder models
+        start = getattr(generation_config, "bos_token_id", None)
+    return {
+        "eos_token_id": token_id_list(getattr(generation_config, "eos_token_id", None)),
+        "pad_token_id": None if pad is None else int(pad),
+        "decoder_start_token_id": None if start is None or not model.config.is_encoder_decoder else int(start),
+        "suppress_tokens": token_id_list(getattr(generation_config, "suppress_tokens", None)),
+        "begin_suppress_tokens": token_id_list(getattr(generation_config, "begin_suppress_tokens", None)),
+    }
+
+
+# Generation-config entries that change which token greedy decoding picks and that the loop below does not apply.
+_IGNORED_SETTINGS = (
+    "repetition_penalty",
+    "encoder_repetition_penalty",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "sequence_bias",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "forced_decoder_ids",
+    "min_length",
+    "min_new_tokens",
+)
+
+
+def _warn_ignored_settings(model: PreTrainedModel) -> None:
+    from transformers import GenerationConfig
+
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is None:
+        return
+    default = GenerationConfig()
+    ignored = [
+        name for name in _IGNORED_SETTINGS if getattr(generation_config, name, None) != getattr(default, name, None)
+    ]
+    if ignored:
+        logger.warning(
+            "%s: ExportedModel.generate is plain greedy decoding and ignores these generation-config settings: %s",
+            type(model).__name__,
+            ", ".join(ignored),
+        )
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of a left-padded batch, as eager ``generate`` computes them (padding at 0)."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.masked_fill(attention_mask == 0, 0)
+
+
+def _dynamic_shapes(
+    config: Any, inputs: dict[str, Any], sequence: dict[str, int | None] | None = None
+) -> dict[str, Any] | None:
+    """Dynamic batch (dim 0 of every tensor) and dynamic dim 1 of the inputs named in ``sequence`` (up to its
+    value); every other dimension static. ``None`` for a static export."""
+    from torch.export import Dim
+
+    if not config.dynamic:
+        return None
+    # ExecuTorch plans memory for the largest size: bound the batch where the backend asks for a bound.
+    upper = getattr(config, "dynamic_upper_bound", None)
+    batch = Dim("batch", max=upper) if upper else Dim.DYNAMIC
+    sequence = sequence or {}
+    lengths = {limit: Dim(f"length_{limit or 'any'}", max=limit) for limit in set(sequence.values())}
+
+    def for_value(name: str, value: Any) -> Any:
+        if isinstance(value, list):
+            return [for_value(name, v) for v in value]
+        if not isinstance(value, torch.Tensor) or value.dim() == 1:
+            return None
+        return {0: batch, 1: lengths[sequence[name]]} if name in sequence else {0: batch}
+
+    return {name: for_value(name, value) for name, value in inputs.items()}
+
+
+def _component_config(config: Any, dynamic_shapes: dict[str, Any] | None) -> Any:
+    # Generation decides which dimensions vary; a user's dynamic_shapes for the plain forward does not apply.
+    return dataclasses.replace(config, dynamic_shapes=dynamic_shapes) if hasattr(config, "dynamic_shapes") else config
+
+
+def export_generation_components(
+    exporter: Any,
+    model: PreTrainedModel,
+    sample_inputs: dict[str, Any],
+    config: Any,
+    max_cache_len: int | None = None,
+) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    """Export the generation components of ``model``; return them with the ``generation`` entry of export.json.
+
+    ``max_cache_len`` (default: 128, capped by the model's maximum positions) bounds prompt plus new tokens.
+    With ``config.dynamic`` the batch size and the prompt length are dynamic; otherwise both are fixed to
+    those of ``sample_inputs`` and :func:`generate` left-pads shorter prompts to that length.
+    """
+    if CacheLayerMixin is object:
+        raise NotImplementedError("this transformers has no transformers.cache_utils.CacheLayerMixin")
+    _warn_ignored_settings(model)
+    limit = _max_positions(model)
+    if max_cache_len is None:
+        max_cache_len = min(DEFAULT_MAX_CACHE_LEN, limit or DEFAULT_MAX_CACHE_LEN)
+    if limit is not None and max_cache_len > limit:
+        raise ValueError(f"max_cache_len={max_cache_len} exceeds the model's {limit} positions")
+    if model.config.is_encoder_decoder:
+        return _export_encoder_decoder(exporter, model, sample_inputs, config, max_cache_len)
+    return _export_decoder_only(exporter, model, sample_inputs, config, max_cache_len)
+
+
+def _eager_cache(model: PreTrainedModel, inputs: dict[str, Any]) -> Cache:
+    with torch.no_grad():
+        cache = model(**inputs, use_cache=True).past_key_values
+    if isinstance(cache, EncoderDecoderCache):
+        cache = cache.self_attention_cache
+    if not isinstance(cache, Cache):
+        raise NotImplementedError(f"{type(model).__name__} returns no transformers Cache; cannot export generation")
+    return cache
+
+
+def _export_decoder_only(
+    exporter: Any,
+    model: PreTrainedModel,
+    sample_inputs: dict[str, Any],
+    config: Any,
+    max_cache_len: int,
+) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    input_ids = sample_inputs["input_ids"]
+    batch_size, prompt_length = input_ids.shape
+    if prompt_length >= max_cache_len:
+        raise ValueError(f"the sample prompt ({prompt_length} tokens) does not fit max_cache_len={max_cache_len}")
+    attention_mask = sample_inputs.get("attention_mask", torch.ones_like(input_ids))
+    layout = layout_from_cache(
+        _eager_cache(model, {"input_ids": input_ids, "attention_mask": attention_mask}),
+        max_cache_len,
+        model.dtype,
+    )
+    prefill_inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids_from_mask(attention_mask),
+    }
+    keys, values = layout.zeros(batch_size)
+    step_mask = torch.zeros(batch_size, max_cache_len, dtype=attention_mask.dtype)
+    step_mask[:, : prompt_length + 1] = 1
+    decode_inputs = {
+        "input_ids": input_ids[:, -1:],
+        "attention_mask": step_mask,
+        "position_ids": prefill_inputs["position_ids"][:, -1:] + 1,
+        "cache_position": torch.tensor([prompt_length]),
+        "past_keys": keys,
+        "past_values": values,
+    }
+    # Prompt plus at least one new token fit the cache: a prompt takes at most max_cache_len - 1 slots.
+    prompt = dict.fromkeys(prefill_inputs, max_cache_len - 1)
+    prefill_config = _component_config(config, _dynamic_shapes(config, prefill_inputs, prompt))
+    decode_config = _component_config(config, _dynamic_shapes(config, decode_inputs))
+    components = {
+        "prefill": exporter.export_program(DecoderPrefill(model, layout), prefill_inputs, prefill_config),
+        "decode": exporter.export_program(DecoderStep(model), decode_inputs, decode_config),
+    }
+    dynamic = config.dynamic
+    generation = {
+        "kind": DECODER_ONLY,
+        "components": {"prefill": "prefill", "decode": "decode"},
+        "max_cache_len": max_cache_len,
+        "batch_size": None if dynamic else batch_size,
+        "prefill_length": None if dynamic else prompt_length,
+        "cache": layout.to_dict(),
+        **_special_tokens(model),
+    }
+    return components, generation
+
+
+def _export_encoder_decoder(
+    exporter: Any,
+    model: PreTrainedModel,
+    sample_inputs: dict[str, Any],
+    config: Any,
+    max_cache_len: int,
+) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    encoder_inputs = {k: v for k, v in sample_inputs.items() if not k.startswith("decoder_")}
+    main_input = model.main_input_name
+    batch_size = encoder_inputs[main_input].shape[0]
+    tokens = _special_tokens(model)
+    if tokens["decoder_start_token_id"] is None:
+        raise ValueError(f"{type(model).__name__} has no decoder_start_token_id to start generation from")
+    start = torch.full((batch_size, 1), tokens["decoder_start_token_id"], dtype=torch.long)
+    layout = layout_from_cache(
+        _eager_cache(model, {**encoder_inputs, "decoder_input_ids": start}), max_cache_len, model.dtype
+    )
+    encoder = Seq2SeqEncoder(model)
+    with torch.no_grad():
+        encoder_hidden_states = encoder(**encoder_inputs)["encoder_hidden_states"]
+    keys, values = layout.zeros(batch_size)
+    decoder_inputs = {
+        "decoder_input_ids": start,
+        "cache_position": torch.tensor([0]),
+        "encoder_hidden_states": encoder_hidden_states,
+        "past_keys": keys,
+        "past_values": values,
+    }
+    if "attention_mask" in encoder_inputs:
+        decoder_inputs["encoder_attention_mask"] = encoder_inputs["attention_mask"]
+    # Token sources vary in length (T5); audio features and their encoding keep the traced length (Whisper).
+    source_names = ("input_ids", "attention_mask", "encoder_attention_mask")
+    if main_input == "input_ids":
+        source_names += ("encoder_hidden_states",)
+    source = dict.fromkeys(source_names, getattr(config, "dynamic_upper_bound", None))
+    encoder_config = _component_config(config, _dynamic_shapes(config, encoder_inputs, source))
+    decoder_config = _component_config(config, _dynamic_shapes(config, decoder_inputs, source))
+    components = {
+        "encoder": exporter.export_program(encoder, encoder_inputs, encoder_config),
+        "decoder": exporter.export_program(Seq2SeqDecoderStep(model), decoder_inputs, decoder_config),
+    }
+    dynamic = config.dynamic
+    generation = {
+        "kind": ENCODER_DECODER,
+        "components": {"encoder": "encoder", "decoder": "decoder"},
+        "encoder_inputs": list(encoder_inputs),
+        "max_cache_len": max_cache_len,
+        "batch_size": None if dynamic else batch_size,
+        "encoder_length": None if dynamic else _sequence_length(encoder_inputs, main_input),
+        "cache": layout.to_dict(),
+        **tokens,
+    }
+    return components, generation
+
+
+def _sequence_length(inputs: dict[str, Any], main_input: str) -> int | None:
+    return inputs[main_input].shape[1] if main_input == "input_ids" else None
