@@ -52,6 +52,12 @@ def main(verbose: bool) -> None:
 @click.option(
     "--max-cache-len", type=click.IntRange(min=2), help="With --for-generation: KV cache slots (prompt + new tokens)."
 )
+@click.option(
+    "--dynamic-upper-bound",
+    type=click.IntRange(min=2),
+    help="ExecuTorch: the largest size a dynamic dimension accepts (default 256, lowered while planned memory is "
+    "over 2 GiB, never below 16). ExecuTorch plans memory for it; ONNX and torch.export need no bound.",
+)
 @click.option("--seed", default=0, show_default=True, help="Seed for tiny random weights and sample inputs.")
 def export(
     model: str,
@@ -60,6 +66,7 @@ def export(
     dynamic: bool,
     for_generation: bool,
     max_cache_len: int | None,
+    dynamic_upper_bound: int | None,
     seed: int,
 ) -> None:
     """Export MODEL: a directory saved with save_pretrained, or a model type / class name (tiny random weights).
@@ -72,6 +79,8 @@ def export(
     """
     if max_cache_len is not None and not for_generation:
         raise UsageFailure("--max-cache-len only applies with --for-generation")
+    if dynamic_upper_bound is not None and (export_format != "executorch" or not dynamic):
+        raise UsageFailure("--dynamic-upper-bound only applies to --format executorch with --dynamic")
 
     from .exporters import AutoExportConfig, AutoHfExporter
     from .tiny_models import UnknownModelError, load_local_model, sample_inputs, tiny_model
@@ -82,7 +91,11 @@ def export(
     except (UnknownModelError, FileNotFoundError, ValueError) as error:
         raise UsageFailure(str(error)) from None
     inputs = sample_inputs(loaded, seed=seed)
-    config = AutoExportConfig.from_dict({"export_format": export_format, "dynamic": dynamic})
+    options: dict[str, object] = {"export_format": export_format, "dynamic": dynamic}
+    if dynamic_upper_bound is not None:
+        # An explicit bound is kept whatever memory it plans.
+        options.update(dynamic_upper_bound=dynamic_upper_bound, planned_memory_budget_gib=None)
+    config = AutoExportConfig.from_dict(options)
     exporter = AutoHfExporter.from_config(config)
     name = source.name if source.is_dir() else model
     target = output or Path(f"{name}-{export_format}")

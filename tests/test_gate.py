@@ -142,6 +142,74 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     assert next(c for c in data["cells"] if c["model_class"] == "LlamaModel")["regression"] is None
 
 
+# ── The line that broke, and the second shape ──
+
+# A Python branch on a tensor's value in LlamaRMSNorm.forward: torch.export cannot trace it (data-dependent guard).
+DATA_DEPENDENT = (
+    "        input_dtype = hidden_states.dtype\n",
+    "        input_dtype = hidden_states.dtype\n"
+    "        if hidden_states.sum() > 1e30:\n"
+    "            hidden_states = hidden_states * 2\n",
+)
+# A branch on the sequence length: tracing specializes it to the traced 7, so the export takes no other length.
+SPECIALIZED = (
+    "        if inputs_embeds is None:\n",
+    "        if input_ids is not None and input_ids.shape[1] == 7:\n"
+    "            input_ids = input_ids.clone()\n"
+    "        if inputs_embeds is None:\n",
+)
+
+
+def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean = git(repo, "rev-parse", "HEAD")
+    source = llama_source(1).replace(*DATA_DEPENDENT)
+    broken = commit(repo, {LLAMA: source}, "branch on a tensor value in LlamaRMSNorm")
+    line = source.splitlines().index("        if hidden_states.sum() > 1e30:") + 1
+    out = tmp_path / "report"
+    args = ["check", "--base", clean, "--head", broken, "--backends", "dynamo,onnx", "--no-generation"]
+    code, output = _run([*args, "-j", "2", "--report-dir", str(out)], repo, monkeypatch)
+    assert code == 1, output
+    data = json.loads((out / "report.json").read_text())
+    assert len(data["cells"]) == 4 and all(c["status"] == "fail" for c in data["cells"])
+    for cell in data["cells"]:
+        assert cell["stage"] == "dynamo · torch.export trace", cell
+        assert cell["regression"] == "new" and cell["error_type"] == "GuardOnDataDependentSymNode"
+        frame = cell["frame"]
+        assert (frame["file"], frame["line"], frame["text"]) == (LLAMA, line, "if hidden_states.sum() > 1e30:")
+    markdown = (out / "report.md").read_text()
+    assert markdown.count("<details>") == 1, markdown  # one cause, one entry
+    assert f"· at {LLAMA}:{line}</summary>" in markdown and "breaks 4 checks" in markdown
+    assert "data-dependent" in markdown and "torch.\\_check" in markdown
+    assert all(name in markdown.split("breaks 4 checks")[1] for name in LLAMA_CLASSES)
+    annotations = report.github_annotations(data)
+    assert len(annotations) == 1 and annotations[0].startswith(f"::error file={LLAMA},line={line},title=4 checks")
+    assert "torch._check" in annotations[0]
+    # Under the terminal's table too (past the progress lines): the cause once, with its line and the hint.
+    details = [line for line in output.splitlines() if line.startswith("  ") and "1e30" in line]
+    assert details == [line for line in details if line.startswith("  LlamaForCausalLM · dynamo, onnx; LlamaModel")]
+    assert len(details) == 1 and "what to do: data-dependent" in output
+
+
+def test_specialized_sequence_length_fails_at_the_second_shape(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean = git(repo, "rev-parse", "HEAD")
+    specialized = commit(repo, {LLAMA: llama_source(1).replace(*SPECIALIZED)}, "branch on the sequence length")
+    out = tmp_path / "report"
+    args = ["check", "--base", clean, "--head", specialized, "--backends", "dynamo", "--no-generation"]
+    code, output = _run([*args, "-j", "2", "--report-dir", str(out)], repo, monkeypatch)
+    assert code == 1, output
+    data = json.loads((out / "report.json").read_text())
+    for cell in data["cells"]:
+        # The traced shape still matches eager: only the second shape (batch 3, length 11) shows the fixed length.
+        assert cell["status"] == "fail" and cell["stage"] == "second shape", cell
+        assert cell["max_abs_diff"] <= cell["tolerance"]
+        assert "'input_ids' dimension 1 is 11, but the program accepts only 7" in cell["error"]
+    assert "specialized: tracing fixed input `input_ids` dimension 1 to 7" in output
+
+
 # ── Isolation ──
 
 

@@ -142,7 +142,7 @@ def test_403_on_a_fork_pr_explains_the_fork_safe_setup(github, tmp_path):
 
 
 def test_oversized_report_is_truncated_under_the_limit_with_the_marker_kept(github, tmp_path):
-    cells = [cell(f"Model{i:04d}Model", "onnx", "crash", error="boom " * 400) for i in range(300)]
+    cells = [cell(f"Model{i:04d}Model", "onnx", "crash", error=f"{i} " + "boom " * 400) for i in range(300)]
     result = comment(environ(github, tmp_path), write(tmp_path, report(cells, ("onnx",))))
     assert result.exit_code == 0, result.output
     body = github.comments[0]["body"]

@@ -136,7 +136,7 @@ def test_oversized_report_is_cut_under_the_limit_keeping_marker_and_summary(icon
 
 
 def test_sections_go_before_rows():
-    cells = [cell(f"M{i}", "onnx", "crash", error="e" * 1500) for i in range(30)]
+    cells = [cell(f"M{i}", "onnx", "crash", error=f"{i} " + "e" * 1500) for i in range(30)]
     full = render_markdown(report(cells, ("onnx",)), max_chars=1_000_000)
     cut = render_markdown(report(cells, ("onnx",)), max_chars=len(full) - 1)
     assert cut.count("<details>") < full.count("<details>") and cut.count("| M") == 30
@@ -144,7 +144,8 @@ def test_sections_go_before_rows():
 
 
 def test_unsafe_details_url_is_not_linked():
-    cells = [cell(f"M{i}", "onnx", "crash", error="e" * 1500) for i in range(60)]
+    # Distinct errors: one detail section per cell (the same error would be one cause, one section).
+    cells = [cell(f"M{i}", "onnx", "crash", error=f"{i} " + "e" * 1500) for i in range(60)]
     text = render_markdown(report(cells, ("onnx",)), max_chars=20000, details_url="javascript:alert(1)")
     assert "javascript" not in text and "job's `report.md`" in text
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .backends import get_exporter_class, get_runner_class
-from .utils import package_versions
+from .utils import ExportFailure, SpecializedDimension, package_versions
 
 if TYPE_CHECKING:
     import torch
@@ -144,6 +144,9 @@ class ModelRunner:
     flat tensors still returns the model's ``ModelOutput`` (caches included).
     """
 
+    # What to change when an input is outside a dynamic dimension's bounds (only bounded backends have any).
+    bound_hint = "export again with a larger bound"
+
     def __init__(self, exported: ExportedModel):
         from .pytree import ensure_pytree_types
 
@@ -168,7 +171,39 @@ class ModelRunner:
         flat, spec = pytree.tree_flatten(((), {name: inputs[name] for name in expected}))
         if spec != in_spec:
             raise ValueError(f"{component}: inputs are not structured as at export time: {spec} != {in_spec}")
+        self.check_shapes(component, flat)
         return flat
+
+    def check_shapes(self, component: str, flat: list[Any]) -> None:
+        """Reject inputs the program was not built for, naming the input, the dimension and why, before the runtime.
+
+        A dynamic dimension must lie within the bounds recorded at export time; any other dimension must equal the
+        traced size. Runtimes would otherwise fail with an opaque error, resize past planned memory, or (a program
+        whose code baked in a size) run and return wrong values. Exports that predate the record are not checked.
+        """
+        import torch
+
+        metadata = self.exported.components[component]
+        if "dynamic_dims" not in metadata:
+            return
+        bounds = metadata["dynamic_dims"]
+        dynamic = bool(self.exported.manifest.get("export_config", {}).get("dynamic"))
+        for name, value, traced in zip(metadata["input_names"], flat, metadata["input_shapes"], strict=True):
+            if not isinstance(value, torch.Tensor) or traced is None:
+                continue
+            if value.dim() != len(traced):
+                raise ExportFailure(
+                    f"{component}: input {name!r} has {value.dim()} dimensions, exported with {len(traced)}"
+                )
+            for dim, size in enumerate(value.shape):
+                low_high = bounds.get(name, {}).get(str(dim))
+                if low_high is None and size != traced[dim]:
+                    raise SpecializedDimension(component, name, dim, traced[dim], size, dynamic)
+                if low_high is not None and not (low_high[0] <= size and (low_high[1] is None or size <= low_high[1])):
+                    raise ExportFailure(
+                        f"{component}: input {name!r} dimension {dim} is {size}, outside the exported bounds "
+                        f"[{low_high[0]}, {low_high[1]}] ({self.bound_hint})"
+                    )
 
     def rebuild_outputs(self, component: str, flat_outputs: list[Any]) -> Any:
         import torch.utils._pytree as pytree

@@ -7,6 +7,9 @@
 3. pytree registration: every ``Cache`` and ``ModelOutput`` type (``pytree.py``);
 4. dynamic shapes: ``Dim.AUTO`` on every input dimension with ``dynamic=True``;
 5. state cleanup: attributes a forward caches on a module are cleared for the trace and restored.
+
+Between them torch.export traces the model (``TRACE``): not a stage of hfexport's but the model's own code running,
+so a failure there is reported as "dynamo · torch.export trace".
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
+from torch.utils._sympy.numbers import int_oo
 
 from .. import compat
 from .base import ExportConfigMixin, HfExporter
@@ -39,6 +43,10 @@ class DynamoConfig(ExportConfigMixin):
     dynamic: bool = False
     dynamic_shapes: Any = None
     strict: bool = False
+
+
+# The step between the stages where torch.export runs the model's code; reports name it apart from the stages.
+TRACE = "torch.export trace"
 
 
 class DynamoExporter(HfExporter):
@@ -65,11 +73,13 @@ class DynamoExporter(HfExporter):
             export_stage("dynamo", 2, "model patches"),
             apply_patches(self.workaround_keys(config), patches),
         ):
-            cache_types = register_cache_types()
+            with export_stage("dynamo", 3, "pytree registration"):
+                cache_types = register_cache_types()
             dynamic_shapes = config.dynamic_shapes
             if dynamic_shapes is None and config.dynamic:
                 dynamic_shapes = auto_dynamic_shapes(sample_inputs)
-            with stateful_attributes_cleared(model), torch.no_grad():
+            # Tracing runs the model's own code: its failures are the model's, apart from the stages' own.
+            with export_stage("dynamo", None, TRACE), stateful_attributes_cleared(model), torch.no_grad():
                 program = torch.export.export(
                     model, (), kwargs=dict(sample_inputs), dynamic_shapes=dynamic_shapes, strict=config.strict
                 )
@@ -197,4 +207,25 @@ def program_metadata(program: ExportedProgram, sample_inputs: dict[str, Any]) ->
         "input_dtypes": [
             str(t.dtype).removeprefix("torch.") if isinstance(t, torch.Tensor) else None for t in flat_inputs
         ],
+        "dynamic_dims": dynamic_dim_bounds(program, leaf_names(in_spec.child(1))),
     }
+
+
+def dynamic_dim_bounds(program: ExportedProgram, input_names: list[str]) -> dict[str, dict[str, list[int | None]]]:
+    """``{input name: {dim: [min, max]}}`` for every dynamic dimension of the user inputs (max None: unbounded).
+
+    A dimension missing here was specialized to its traced size: the program accepts no other.
+    """
+    user_inputs = set(program.graph_signature.user_inputs)
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
+    bounds: dict[str, dict[str, list[int | None]]] = {}
+    for name, node in zip(input_names, placeholders, strict=True):
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            continue
+        for dim, size in enumerate(value.shape):
+            ranges = program.range_constraints.get(size.node.expr) if isinstance(size, torch.SymInt) else None
+            if ranges is not None:
+                upper = None if ranges.upper == int_oo else int(ranges.upper)
+                bounds.setdefault(name, {})[str(dim)] = [int(ranges.lower), upper]
+    return bounds

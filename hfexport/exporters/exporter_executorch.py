@@ -49,9 +49,9 @@ from .registry import (  # noqa: E402
     merged_records,
 )
 from .utils import export_stage  # noqa: E402
+from .workarounds import executorch as _executorch_workarounds  # noqa: E402, F401 - registers "executorch"
 from .workarounds import lowered as _lowered_workarounds  # noqa: E402, F401 - model patches for "executorch"
 from .workarounds import xnnpack as _xnnpack_workarounds  # noqa: E402, F401 - registers "executorch.xnnpack"
-from .workarounds.executorch import _user_input_placeholders  # noqa: E402 - importing it registers "executorch"
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,6 @@ class ExecutorchExporter(DynamoExporter):
         with export_stage(BACKEND, 5, "FX node fixes"):
             apply_node_fixes(keys, program.graph_module, workarounds["fixes"])
         timings["fixes"] = round(time.perf_counter() - started, 3)
-        metadata["dynamic_dims"] = dynamic_dim_bounds(program, metadata["input_names"])
         report = PatchReport()
         # Lowering crashes inside ExecuTorch are repaired by stage 3 patches: report them there.
         with (
@@ -271,21 +270,6 @@ def _unfiltered(partitioners: list) -> list:
 
 
 # ── Reading programs ──
-
-
-def dynamic_dim_bounds(program: ExportedProgram, input_names: list[str]) -> dict[str, dict[str, list[int]]]:
-    """``{input name: {dim: [min, max]}}`` for every dynamic dimension of the user inputs of a traced program."""
-    bounds: dict[str, dict[str, list[int]]] = {}
-    for name, node in zip(input_names, _user_input_placeholders(program), strict=True):
-        value = node.meta.get("val")
-        if not isinstance(value, torch.Tensor):
-            continue
-        for dim, size in enumerate(value.shape):
-            if isinstance(size, torch.SymInt):
-                ranges = program.range_constraints.get(size.node.expr)
-                if ranges is not None:
-                    bounds.setdefault(name, {})[str(dim)] = [int(ranges.lower), int(ranges.upper)]
-    return bounds
 
 
 def delegate_count(program: ExecutorchProgramManager | Any) -> int:

@@ -12,21 +12,26 @@ from collections.abc import Iterator
 
 
 class ExportStageError(RuntimeError):
-    """An export failed inside a named stage; ``str()`` starts with ``"<backend> · stage N <name>"``."""
+    """An export failed inside a named step; ``str()`` starts with ``where``: ``"<backend> · stage N <name>"``, or
+    ``"<backend> · <name>"`` for a step that is not one of hfexport's stages (torch.export tracing the model)."""
 
-    def __init__(self, backend: str, stage: int, stage_name: str, error: BaseException):
+    def __init__(self, backend: str, stage: int | None, stage_name: str, error: BaseException):
         self.backend = backend
         self.stage = stage
         self.stage_name = stage_name
         self.error_type = type(error).__name__
         first_line = (str(error).strip().splitlines() or [""])[0]
         self.first_line = first_line
-        super().__init__(f"{backend} · stage {stage} {stage_name}: {self.error_type}: {first_line}")
+        super().__init__(f"{self.where}: {self.error_type}: {first_line}")
+
+    @property
+    def where(self) -> str:
+        return f"{self.backend} · " + (f"stage {self.stage} " if self.stage is not None else "") + self.stage_name
 
 
 @contextlib.contextmanager
-def export_stage(backend: str, stage: int, stage_name: str) -> Iterator[None]:
-    """Attribute any exception raised inside to ``stage`` so a report can name the extension point to use."""
+def export_stage(backend: str, stage: int | None, stage_name: str) -> Iterator[None]:
+    """Attribute any exception raised inside to ``stage`` (None: a step of torch's, not a stage of hfexport's)."""
     try:
         yield
     except ExportStageError:
@@ -40,6 +45,20 @@ class ExportFailure(ValueError):
 
     Raised on purpose by hfexport's code, so the gate reports it as the model's failure, never as a tool error.
     """
+
+
+class SpecializedDimension(ExportFailure):
+    """An input dimension the program fixed to its traced size was given another size."""
+
+    def __init__(self, component: str, input_name: str, dim: int, traced: int, size: int, dynamic: bool):
+        self.input_name, self.dim, self.traced, self.size = input_name, dim, traced, size
+        why = (
+            "exported with dynamic shapes, but tracing specialized it: the model's code fixed this size"
+            if dynamic
+            else "exported static; export with dynamic=True to vary it"
+        )
+        accepts = f"dimension {dim} is {size}, but the program accepts only {traced}"
+        super().__init__(f"{component}: input {input_name!r} {accepts} ({why})")
 
 
 class MissingDependencyError(ImportError):

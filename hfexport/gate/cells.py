@@ -49,6 +49,8 @@ class Cell:
     generation: dict[str, Any] | None = None  # {"status", "detail"}
     frame: dict[str, Any] | None = None  # where it broke: {"file", "line", "function", "text", "workaround"}
     disabled: dict[str, str] | None = None  # transformers internals the checkout lacks -> the feature turned off
+    # The run at a second input shape: {"status": "pass", "inputs": {name: shape}, "max_abs_diff"}, or "skipped".
+    second_shape: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cell:
@@ -60,7 +62,8 @@ class Cell:
 
     def apply_result(self, result: dict[str, Any]) -> None:
         """Take a job's outcome (see ``checks.run_cell``) as this cell's result."""
-        for key in ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame"):
+        keys = ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame")
+        for key in (*keys, "second_shape"):
             setattr(self, key, result.get(key))
         self.timings = result.get("timings") or {}
         self.workarounds = result.get("workarounds") or []
@@ -157,8 +160,8 @@ class Cell:
 
 
 CELL_KEYS = tuple(f.name for f in dataclasses.fields(Cell))
-# Keys schema version 1 cells lack.
-V2_CELL_KEYS = ("frame", "disabled")
+# The schema version that added each cell key after version 1: older cells lack it.
+CELL_KEY_SINCE = {"frame": 2, "disabled": 2, "second_shape": 3}
 _REQUIRED = ("model_type", "model_class", "backend")
 
 

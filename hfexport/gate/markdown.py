@@ -13,6 +13,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .causes import Cause, group, hint
 from .cells import NOT_A_RESULT, Cell, disabled_features
 
 MARKER = "<!-- hfexport-report -->"
@@ -175,12 +176,19 @@ def _table(backends: list[str], rows: list[tuple[str, dict[str, Cell]]]) -> tupl
     return header, lines
 
 
-def _failure_details(cell: Cell) -> str:
-    title = escape_html(f"{cell.model_class} · {cell.backend} · {cell.status}", 200)
+def _cause_details(cause: Cause) -> str:
+    """One detail block per cause: where and how it broke, what to do, and every cell it breaks."""
+    cell, count = cause.cell, len(cause.cells)
+    named = f"{cell.model_class} · {cell.backend}" + (f" and {count - 1} more" if count > 1 else "")
+    at = f" · at {cause.where}" if cell.model_location else ""
+    title = escape_html(f"{named} · {cell.status}{at}", 300)
     items = [
         f"- stage: {escape_inline(cell.stage or 'unknown', 200)}",
         f"- error: {escape_inline(cell.error_line or 'no message', 2000)}",
     ]
+    advice = hint(cell)
+    if advice:
+        items.append(f"- what to do: {escape_inline(advice, 1000)}")
     if cell.regression:
         items.append(f"- regression: {escape_inline(cell.regression, 20)}")
     source = cell.source
@@ -193,6 +201,8 @@ def _failure_details(cell: Cell) -> str:
     if isinstance(generation, dict) and generation.get("detail"):
         items.append(f"- generation: {escape_inline(generation.get('detail'), 1000)}")
     items += _frame_items(cell)
+    if count > 1:
+        items.append(f"- breaks {count} checks: {escape_inline(cause.broken, 1500)}")
     return f"<details><summary>{_icon(cell)} {title}</summary>\n\n" + "\n".join(items) + "\n\n</details>"
 
 
@@ -268,7 +278,7 @@ def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url:
     backends, rows = _rows(report)
     header, table_rows = _table(backends, rows)
     cells = [c for _, by_backend in rows for c in by_backend.values()]
-    sections = [_failure_details(c) for c in cells if c.failed or c.status in NOT_A_RESULT]
+    sections = [_cause_details(cause) for cause in group(cells)]
     passing = _passing_details(cells)
     if passing:
         sections.append(passing)

@@ -2,7 +2,8 @@
 
 Schema "hfexport-report" (``REPORT_SCHEMA_VERSION``) is the contract between ``check``, ``merge`` and ``comment``;
 ``validate_report`` is its single definition. Version 2 added the ``tool_error`` and ``not_checked`` statuses and
-the cell keys ``frame`` (where it broke) and ``disabled`` (transformers internals the checkout lacks).
+the cell keys ``frame`` (where it broke) and ``disabled`` (transformers internals the checkout lacks); version 3 the
+cell key ``second_shape`` (the run at a second input shape).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Any
 
 import hfexport
 
-from .cells import CELL_KEYS, FAILURE_STATUSES, NOT_A_RESULT, STATUSES, V2_CELL_KEYS, Cell, disabled_features
+from .causes import group, hint
+from .cells import CELL_KEY_SINCE, CELL_KEYS, FAILURE_STATUSES, NOT_A_RESULT, STATUSES, Cell, disabled_features
 
 REPORT_SCHEMA = "hfexport-report"
 MAX_REPORT_BYTES = 8 * 1024 * 1024  # far above any real report; a hostile one cannot make readers load more
-REPORT_SCHEMA_VERSION = 2
-# Version 1 reports (no tool_error / not_checked, no frame / disabled) are still read by merge and comment.
-READABLE_SCHEMA_VERSIONS = (1, 2)
+REPORT_SCHEMA_VERSION = 3
+# Older reports (1: no tool_error / not_checked, no frame / disabled; 2: no second_shape) are still read.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 REGRESSIONS = ("new", "pre-existing", "fixed", None)
 SELECTION_MODES = ("diff", "files", "models", "all")
 
@@ -110,7 +112,7 @@ def _check_type(errors: list[str], where: str, value: Any, types: tuple[type, ..
 def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> None:
     if not _check_type(errors, where, cell, (dict,)):
         return
-    missing = [k for k in CELL_KEYS if k not in cell and (version > 1 or k not in V2_CELL_KEYS)]
+    missing = [k for k in CELL_KEYS if k not in cell and CELL_KEY_SINCE.get(k, 1) <= version]
     if missing:
         errors.append(f"{where}: missing {', '.join(missing)}")
         return
@@ -142,6 +144,13 @@ def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> No
         for key in ("file", "function", "text", "workaround"):
             _check_type(errors, f"{where}.frame.{key}", frame.get(key), (str,), nullable=True)
         _check_type(errors, f"{where}.frame.line", frame.get("line"), (int,), nullable=True)
+    second = cell.get("second_shape")
+    if _check_type(errors, f"{where}.second_shape", second, (dict,), nullable=True) and second:
+        if second.get("status") not in ("pass", "skipped"):
+            errors.append(f"{where}.second_shape.status: expected pass or skipped")
+        _check_type(errors, f"{where}.second_shape.inputs", second.get("inputs"), (dict,), nullable=True)
+        _check_type(errors, f"{where}.second_shape.max_abs_diff", second.get("max_abs_diff"), (int, float), True)
+        _check_type(errors, f"{where}.second_shape.detail", second.get("detail"), (str,), nullable=True)
     if _check_type(errors, f"{where}.disabled", cell.get("disabled"), (dict,), nullable=True) and cell.get("disabled"):
         for name, feature in cell["disabled"].items():
             _check_type(errors, f"{where}.disabled[{name!r}]", feature, (str,))
@@ -233,8 +242,13 @@ def terminal_table(report: dict[str, Any]) -> str:
         "  ".join(value[:48].ljust(width) for value, width in zip(row, widths, strict=True)).rstrip() for row in table
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
+    for cause in group(cells):
+        lines.append(f"  {cause.broken}: {cause.cell.label()}")
+        advice = hint(cause.cell)
+        if advice:
+            lines.append(f"    what to do: {advice}")
     for cell in cells:
-        if cell.status != "pass":
+        if cell.status == "skipped":
             lines.append(f"  {cell.model_class} · {cell.backend}: {cell.label()}")
     lines.append(summary_counts(report["summary"]))
     for name, feature in disabled_features(report).items():
@@ -301,19 +315,19 @@ def _escape_property(text: str) -> str:
 
 
 def github_annotations(report: dict[str, Any]) -> list[str]:
-    """``::error`` for each new failure (at the line that broke) and tool error; ``::notice`` per class not checked."""
+    """``::error`` per cause of new failures (on the line that broke) and per tool error; ``::notice`` per class not
+    checked. A line that breaks several classes or backends gets one annotation naming them all."""
     lines = []
-    for cell in map(Cell.from_dict, report["cells"]):
+    cells = [Cell.from_dict(c) for c in report["cells"]]
+    for cell in cells:
         if cell.status == "not_checked":
             title = _escape_property(f"{cell.model_class} not checked on {cell.backend}")
             lines.append(f"::notice title={title}::{_escape_data(cell.label())}")
-            continue
-        if cell.status == "tool_error":
+        elif cell.status == "tool_error":
             title = _escape_property(f"hfexport failed checking {cell.model_class} on {cell.backend}")
             lines.append(f"::error title={title}::{_escape_data(cell.label())}")
-            continue
-        if not cell.new_failure:
-            continue
+    for cause in group([c for c in cells if c.new_failure]):
+        cell = cause.cell
         # The line that broke when the trace reached the checkout's code, else the model class's line.
         source = cell.model_location or cell.source or {}
         location = ""
@@ -321,9 +335,13 @@ def github_annotations(report: dict[str, Any]) -> list[str]:
             location = f"file={_escape_property(source['file'])}"
             if source.get("line"):
                 location += f",line={source['line']}"
-        title = _escape_property(f"{cell.model_class} does not export to {cell.backend}")
-        properties = ",".join(filter(None, [location, f"title={title}"]))
-        lines.append(f"::error {properties}::{_escape_data(cell.label())}")
+        count = len(cause.cells)
+        title = f"{cell.model_class} does not export to {cell.backend}"
+        if count > 1:
+            title = f"{count} checks break here: {cause.broken}"[:300]
+        properties = ",".join(filter(None, [location, f"title={_escape_property(title)}"]))
+        message = cell.label() + (f"\nWhat to do: {advice}" if (advice := hint(cell)) else "")
+        lines.append(f"::error {properties}::{_escape_data(message)}")
     return lines
 
 
@@ -383,7 +401,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError("nothing to merge")
     first = reports[0]
     merged = {**first, "created_at": utc_now(), "cells": [], "shard": {"index": 1, "count": 1}}
-    merged["schema_version"] = REPORT_SCHEMA_VERSION  # version 1 shards are lifted: their cells lack only v2 keys
+    merged["schema_version"] = REPORT_SCHEMA_VERSION  # older shards are lifted: their cells lack only newer keys
     merged["backends"] = list(dict.fromkeys(b for r in reports for b in r["backends"]))
     model_types = sorted({t for r in reports for t in r["selection"].get("model_types", [])})
     merged["selection"] = {**first["selection"], "model_types": model_types}
@@ -396,5 +414,5 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             if key in seen:
                 raise ValueError(f"{key[0]} · {key[1]} appears in more than one report")
             seen.add(key)
-            merged["cells"].append({**dict.fromkeys(V2_CELL_KEYS), **cell})
+            merged["cells"].append({**dict.fromkeys(CELL_KEY_SINCE), **cell})
     return finalize(merged)

@@ -1,0 +1,105 @@
+"""One cause, one entry: failing cells grouped by where and how they broke, each group with a hint of what to do.
+
+A change that breaks one line of a model usually breaks every class and backend that runs it; the report names the
+line once and lists the cells under it. Hints cover the common kinds of failure, read from the error a cell records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .cells import NOT_A_RESULT, Cell
+
+_DATA_DEPENDENT = re.compile(r"data-dependent expression (?P<expression>.+?)(?: \(unhinted|$)")
+_SPECIALIZED = re.compile(
+    r"input '(?P<input>[^']+)' dimension (?P<dim>\d+) is (?P<size>\d+), but the program accepts only (?P<traced>\d+)"
+)
+_OP = re.compile(r"\b(?P<op>(?:aten|prims|quantized_decomposed|transformers)[.:]{1,2}[A-Za-z_][\w.]*)")
+_NO_TRANSLATION = ("No ONNX function found", "has no translation", "no lowering", "Unsupported FX nodes")
+# ExecuTorch's runtime names no operator when loading fails for a missing kernel: error 0x14 is OperatorMissing.
+_NO_KERNEL = ("Missing operator", "missing out variant", "OperatorMissing", "error: 0x:14", "error: 0x14")
+_OUTPUT = re.compile(r"at the (?P<shape>traced|second) shape \((?P<inputs>.*)\): (?P<output>[^:]+): (?P<how>.+)")
+
+
+@dataclass
+class Cause:
+    """Failing cells that broke at the same place the same way; ``cell`` is the first of them."""
+
+    cell: Cell
+    cells: list[Cell] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        """The model line when the trace reached the checkout's code, else the step it failed in."""
+        location = self.cell.model_location
+        if location:
+            return f"{location['file']}:{location.get('line')}"
+        return self.cell.step or "unknown step"
+
+    @property
+    def broken(self) -> str:
+        """The cells it breaks: ``LlamaModel · dynamo, onnx; LlamaForCausalLM · dynamo``."""
+        by_class: dict[str, list[str]] = {}
+        for cell in self.cells:
+            by_class.setdefault(cell.model_class, []).append(cell.backend)
+        return "; ".join(f"{name} · {', '.join(backends)}" for name, backends in by_class.items())
+
+
+def _key(cell: Cell) -> tuple[str, ...]:
+    location = cell.model_location
+    if location:
+        # The same line and error type: the message can differ by class (symbol numbers, sizes).
+        return ("line", str(location.get("file")), str(location.get("line")), str(cell.error_type))
+    return ("step", cell.status or "", cell.step, str(cell.error_type), str(cell.error))
+
+
+def group(cells: list[Cell]) -> list[Cause]:
+    """The causes of every cell that is a failure, a tool error or not checked, in the order first seen."""
+    causes: dict[tuple[str, ...], Cause] = {}
+    for cell in cells:
+        if not (cell.failed or cell.status in NOT_A_RESULT):
+            continue
+        key = (cell.status if cell.status in NOT_A_RESULT else "failure", *_key(cell))
+        causes.setdefault(key, Cause(cell)).cells.append(cell)
+    return list(causes.values())
+
+
+def hint(cell: Cell) -> str | None:
+    """What to do about a failure of a common kind, in a sentence; None when the error is of no known kind."""
+    error = f"{cell.error_type}: {cell.error}"
+    location = cell.model_location
+    at = f" at {location['file']}:{location.get('line')}" if location else ""
+    if match := _DATA_DEPENDENT.search(error):
+        return (
+            f"data-dependent: the code{at} branches on, or sizes from, a tensor's values "
+            f"(`{match['expression'].strip()}`). Use `torch._check(...)` to state what holds, tensor ops instead of "
+            "a Python `if` on values (`torch.where`, masking), or `torch.cond` for a real branch."
+        )
+    if match := _SPECIALIZED.search(error):
+        return (
+            f"specialized: tracing fixed input `{match['input']}` dimension {match['dim']} to {match['traced']}, "
+            f"so the export rejects {match['size']}. Look for a Python int taken from a shape (`int(x.shape[1])`, "
+            "`.item()`, `.tolist()`), a branch on a size, or a size written into a `view`/`reshape`; keep sizes "
+            "symbolic (`x.shape[1]`, `-1`)."
+        )
+    op = _OP.search(error)
+    if any(text in error for text in _NO_TRANSLATION):
+        named = f"`{op['op']}`" if op else "an operator"
+        return (
+            f"no translation: {cell.backend} cannot express {named}. Write it with ops it has, or register a fix in "
+            f"`hfexport/exporters/workarounds/{cell.backend}.py` (an FX node fix or an ONNX translation)."
+        )
+    if any(text in error for text in _NO_KERNEL):
+        named = f"`{op['op']}`" if op else "an operator (the job's log names it)"
+        return (
+            f"no kernel: the {cell.backend} runtime has no kernel for {named}. Decompose it into ops the runtime "
+            f"has (an FX node fix in `hfexport/exporters/workarounds/{cell.backend}.py`), or avoid it in the model."
+        )
+    if cell.error_type == "OutputMismatch" and (match := _OUTPUT.search(str(cell.error))):
+        return (
+            f"wrong values: output `{match['output'].strip()}` differs from eager ({match['how'].strip()}) at the "
+            f"{match['shape']} shape ({match['inputs']}). Look for randomness, in-place updates of inputs or "
+            "buffers, or an op whose semantics differ on the runtime."
+        )
+    return None
