@@ -120,6 +120,8 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     # cumprod decomposes to prims.prod, which has no ONNX translation: the innermost cause is reported.
     assert (failing["error_type"], "prims.prod" in failing["error"]) == ("DispatchError", True)
     assert failing["source"]["file"] == LLAMA
+    # No model frame raised it: the line comes from the stack trace torch.export recorded on the failing node.
+    assert failing["frame"]["file"] == LLAMA and "torch.cumprod" in failing["frame"]["text"], failing["frame"]
     assert cells["LlamaModel"]["status"] == "pass"
     assert cells["LlamaModel"]["max_abs_diff"] <= cells["LlamaModel"]["tolerance"]
     assert data["summary"]["new_failures"] == 1 and data["exit_code"] == 1

@@ -134,6 +134,21 @@ def test_eos_stops_finished_sequences_like_eager() -> None:
     assert actual.tolist() == expected.tolist()
 
 
+def test_min_new_tokens_keeps_generating_past_eos_like_eager() -> None:
+    model, exported = _model("llama"), _exported("llama", "dynamo")
+    input_ids, attention_mask = _prompts(model)
+    free_run = _eager(model, input_ids, attention_mask=attention_mask)
+    eos = int(free_run[0, 7])  # the first row's first new token: eager would stop there at once
+    common = {"attention_mask": attention_mask, "eos_token_id": eos, "pad_token_id": 0}
+    expected = _eager(model, input_ids, **common, min_new_tokens=NEW_TOKENS)
+    actual = exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, **common)
+    assert actual.shape == (2, 7 + NEW_TOKENS) and eos not in actual[:, 7:].tolist()[0]
+    assert actual.tolist() == expected.tolist()
+    # Without it, the export stops at EOS as eager does: the two rules must not be mixed.
+    stopped = exported.generate(input_ids, max_new_tokens=NEW_TOKENS, **common)
+    assert stopped.tolist() == _eager(model, input_ids, **common).tolist() != expected.tolist()
+
+
 def test_manifest_lists_components_and_cache_layout(tmp_path: Path) -> None:
     exported = _exported("llama", "dynamo")
     saved = exported.save_pretrained(tmp_path / "gen")

@@ -10,6 +10,10 @@
 ``workaround`` names the workaround (``_patch_*``, ``_fix_*``, ``_aten_*``) that was running, if any: a thin wrapper
 such as a patched ``run_decompositions`` is on the stack of every failure inside it, so it is named, not blamed.
 
+A failure after tracing (a lowering with no translation, a fix or a partitioner choking on a node) has no model
+frame of its own: ``traced_model_frame`` finds the graph node being handled on the failing stack and reads the model
+line that produced it from the ``stack_trace`` torch.export recorded on the node.
+
 ``ExportFailure`` is hfexport's deliberate finding about an export (outputs differ, a shape it does not accept):
 raised by our code on purpose, so it is the model's result, not a tool error.
 """
@@ -26,6 +30,7 @@ from typing import Literal
 from ..exporters.utils import ExportFailure
 
 _WORKAROUND = re.compile(r"_(patch|fix|aten)_\w+")
+_STACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 
 Owner = Literal["hfexport", "model", "toolchain"]
 
@@ -115,3 +120,31 @@ def blame(error: BaseException) -> Blame:
         if _is_ours(frame):
             return Blame("toolchain", frame, running)
     return Blame("toolchain", None)
+
+
+def traced_model_frame(error: BaseException) -> Frame | None:
+    """The model line behind the graph node a failure after tracing was handling, from the node's ``stack_trace``.
+
+    Looks for a ``node`` (an FX node) among the locals of the failing frames, innermost first: torch.onnx's
+    translation loop, hfexport's node fixes and ExecuTorch's passes all hold the node they work on under that name.
+    """
+    for exception in _chain(error):
+        tb, frames = exception.__traceback__, []
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        for frame in reversed(frames):
+            node = frame.f_locals.get("node")
+            trace = getattr(node, "meta", {}).get("stack_trace") if hasattr(node, "meta") else None
+            if isinstance(trace, str) and (found := _model_frame_in(trace)):
+                return found
+    return None
+
+
+def _model_frame_in(stack_trace: str) -> Frame | None:
+    """The innermost transformers frame of a recorded stack trace (``File "...", line N, in f`` lines)."""
+    frames = [m for m in _STACK_FRAME.finditer(stack_trace) if "/transformers/" in m["file"].replace("\\", "/")]
+    if not frames:
+        return None
+    last = frames[-1]
+    return Frame(last["file"], int(last["line"]), last["function"], "transformers")

@@ -24,7 +24,7 @@ import hfexport
 
 from .. import compat
 from ..exporters.utils import ExportFailure
-from .blame import Frame, blame
+from .blame import Frame, blame, traced_model_frame
 
 # Largest max-abs difference from eager that still passes, per backend.
 TOLERANCES = {"dynamo": 1e-4, "onnx": 1e-4, "executorch": 1e-3}
@@ -54,7 +54,9 @@ class CellFailure(Exception):
             self.status = "tool_error"
         else:
             self.status = "not_checked" if building else "fail"
-        self.frame = found.frame
+        # Torch, onnx or executorch failed on a node after tracing: the model line that produced the node.
+        traced = traced_model_frame(error) if found.owner == "toolchain" else None
+        self.frame = traced or found.frame
         self.workaround = found.workaround
         self.error_type = type(cause).__name__
         self.first_line = first_line(cause)
@@ -384,7 +386,8 @@ def _check_generation(
             exported = export(model, copy.deepcopy(inputs), backend, True)
         except NotImplementedError:
             return  # a decoder the generation exporter declines (e.g. no Cache returned): nothing to compare
-        produced = exported.generate(input_ids, max_new_tokens=GENERATION_TOKENS)
+        # The same stopping rule as eager's: no EOS before GENERATION_TOKENS new tokens.
+        produced = exported.generate(input_ids, max_new_tokens=GENERATION_TOKENS, min_new_tokens=GENERATION_TOKENS)
         produced = produced if isinstance(produced, torch.Tensor) else torch.as_tensor(produced)
         same = produced.shape == expected.shape and bool((produced == expected).all())
         detail = f"{GENERATION_TOKENS} greedy tokens {'match' if same else 'differ from'} eager"

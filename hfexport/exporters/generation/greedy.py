@@ -25,10 +25,13 @@ class _Greedy:
     suppress: list[int]
     begin_suppress: list[int]
     unfinished: torch.Tensor
+    min_new_tokens: int = 0
     steps: int = 0
 
     def next_tokens(self, logits: torch.Tensor) -> torch.Tensor:
         suppressed = self.suppress + (self.begin_suppress if self.steps == 0 else [])
+        if self.eos is not None and self.steps < self.min_new_tokens:
+            suppressed = suppressed + self.eos.tolist()  # eager's min_new_tokens: no EOS before that many tokens
         if suppressed:
             logits = logits.clone()
             logits[:, suppressed] = -float("inf")
@@ -46,7 +49,9 @@ class _Greedy:
         return self.eos is not None and not bool(self.unfinished.any())
 
 
-def _greedy(generation: dict[str, Any], batch_size: int, eos_token_id: Any, pad_token_id: int | None) -> _Greedy:
+def _greedy(
+    generation: dict[str, Any], batch_size: int, eos_token_id: Any, pad_token_id: int | None, min_new_tokens: int
+) -> _Greedy:
     eos = token_id_list(generation.get("eos_token_id") if eos_token_id is None else eos_token_id)
     pad = generation.get("pad_token_id") if pad_token_id is None else pad_token_id
     if eos and pad is None:
@@ -57,6 +62,7 @@ def _greedy(generation: dict[str, Any], batch_size: int, eos_token_id: Any, pad_
         suppress=generation.get("suppress_tokens", []),
         begin_suppress=generation.get("begin_suppress_tokens", []),
         unfinished=torch.ones(batch_size, dtype=torch.bool),
+        min_new_tokens=min_new_tokens,
     )
 
 
@@ -67,25 +73,29 @@ def generate(
     attention_mask: torch.Tensor | None = None,
     eos_token_id: int | list[int] | None = None,
     pad_token_id: int | None = None,
+    min_new_tokens: int = 0,
 ) -> torch.Tensor:
     """Greedy decoding on the exported components: token for token what ``model.generate(do_sample=False)`` gives.
 
     ``input_ids`` is the prompt (left-padded, with ``attention_mask``) of a decoder-only model, or the encoder's
     main input (``input_ids``, ``input_features``...) of an encoder-decoder model. Returns the prompt followed by
     the new tokens (decoder-only) or the decoder sequence from its start token (encoder-decoder), as
-    ``GenerationMixin.generate`` does; generation stops early once every sequence has produced an EOS id.
+    ``GenerationMixin.generate`` does; generation stops early once every sequence has produced an EOS id, and as
+    with eager's ``min_new_tokens`` no EOS id is chosen before that many new tokens.
     """
     generation = exported.manifest.get("generation")
     if generation is None:
         raise ValueError("this export has no generation components: export it with export_for_generation")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if min_new_tokens < 0:
+        raise ValueError(f"min_new_tokens must be >= 0, got {min_new_tokens}")
     batch_size = input_ids.shape[0]
     if generation["batch_size"] is not None and batch_size != generation["batch_size"]:
         raise GenerationLengthError(
             f"this export has a static batch of {generation['batch_size']}, got {batch_size}; export with dynamic=True"
         )
-    greedy = _greedy(generation, batch_size, eos_token_id, pad_token_id)
+    greedy = _greedy(generation, batch_size, eos_token_id, pad_token_id, min_new_tokens)
     if generation["kind"] == ENCODER_DECODER:
         return _generate_encoder_decoder(exported, generation, input_ids, attention_mask, max_new_tokens, greedy)
     return _generate_decoder_only(exported, generation, input_ids, attention_mask, max_new_tokens, greedy)
