@@ -128,6 +128,7 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     junit = (out / "junit.xml").read_text()
     assert 'name="LlamaForCausalLM"' in junit and "<failure" in junit
     assert (out / "report.md").read_text().startswith("<!-- hfexport-report -->")
+    assert "what to do: no translation: onnx cannot express &#96;prims.prod&#96;" in (out / "report.md").read_text()
     annotations = report.github_annotations(data)
     assert annotations == [a for a in annotations if a.startswith(f"::error file={LLAMA},line=")]
 

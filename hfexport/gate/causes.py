@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from .cells import NOT_A_RESULT, Cell
 
-_DATA_DEPENDENT = re.compile(r"data-dependent expression (?P<expression>.+?)(?: \(unhinted|$)")
+_DATA_DEPENDENT = re.compile(r"data-dependent expression (?P<expression>.+?)(?: \(|$)")
 _SPECIALIZED = re.compile(
     r"input '(?P<input>[^']+)' dimension (?P<dim>\d+) is (?P<size>\d+), but the program accepts only (?P<traced>\d+)"
 )

@@ -1,0 +1,95 @@
+"""One cause, one entry, and what to do: grouping failing cells and the hints, on errors real models raised.
+
+The gate's end-to-end tests (``test_gate.py``) produce the data-dependent, specialized-dimension and
+no-translation failures from real edits of a checkout; the errors below were recorded by real gate runs
+(``docs/coverage.json``) and by the ones in this file's docstrings.
+"""
+
+from __future__ import annotations
+
+from hfexport.gate.causes import group, hint
+from hfexport.gate.cells import Cell
+
+LINE = {"file": "src/transformers/models/llama/modeling_llama.py", "line": 63, "function": "forward", "text": "if x:"}
+
+
+def failed(model_class: str, backend: str, error_type: str, error: str, **fields) -> Cell:
+    return Cell(
+        "m", model_class, backend, status="fail", regression="new", error_type=error_type, error=error, **fields
+    )
+
+
+def test_one_line_breaking_classes_and_backends_is_one_cause_listing_them() -> None:
+    guard = "Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1))"
+    cells = [
+        failed("LlamaForCausalLM", "dynamo", "GuardOnDataDependentSymNode", guard, frame=LINE),
+        failed("LlamaForCausalLM", "onnx", "GuardOnDataDependentSymNode", guard, frame=LINE),
+        # Another class's message differs by its symbol: still the same line and error type.
+        failed("LlamaModel", "dynamo", "GuardOnDataDependentSymNode", guard.replace("u0", "u3"), frame=LINE),
+        failed("LlamaModel", "onnx", "DispatchError", "No ONNX function found for aten.foo", stage="onnx · stage 4"),
+        Cell("m", "LlamaModel", "executorch", status="pass"),
+    ]
+    causes = group(cells)
+    assert [len(c.cells) for c in causes] == [3, 1]
+    assert causes[0].broken == "LlamaForCausalLM · dynamo, onnx; LlamaModel · dynamo"
+    assert causes[0].where == f"{LINE['file']}:63"
+
+
+def test_tool_errors_and_unbuilt_classes_are_not_grouped_with_model_failures() -> None:
+    same = {"error_type": "RuntimeError", "error": "boom", "stage": "build"}
+    cells = [
+        Cell("m", "A", "onnx", status="not_checked", **same),
+        Cell("m", "A", "dynamo", status="fail", **same),
+        Cell("m", "A", "executorch", status="tool_error", **same),
+    ]
+    assert sorted(c.cell.status for c in group(cells)) == ["fail", "not_checked", "tool_error"]
+
+
+def test_hint_for_a_data_dependent_guard_names_the_expression_and_the_fixes() -> None:
+    # ViltModel on every backend (docs/coverage.json), as the report records it: cut to 80 characters.
+    cell = failed(
+        "ViltModel",
+        "dynamo",
+        "GuardOnDataDependentSymNode",
+        "Could not guard on data-dependent expression u0 > 1 (unhin...",
+    )
+    text = hint(cell)
+    assert text.startswith("data-dependent") and "`u0 > 1`" in text
+    assert "torch._check" in text and "torch.cond" in text and "torch.where" in text
+    located = failed("A", "dynamo", "GuardOnDataDependentSymNode", "data-dependent expression Eq(u0, 1)", frame=LINE)
+    assert f"at {LINE['file']}:63" in hint(located)
+
+
+def test_hint_for_a_specialized_dimension_names_input_dim_and_sizes() -> None:
+    # LlamaModel with a branch on input_ids.shape[1] (test_gate.py), at the second shape.
+    error = (
+        "model: input 'input_ids' dimension 1 is 11, but the program accepts only 7 (exported with dynamic shapes, "
+        "but tracing specialized it: the model's code fixed this size)"
+    )
+    text = hint(failed("LlamaModel", "dynamo", "SpecializedDimension", error, stage="second shape"))
+    assert text.startswith("specialized: tracing fixed input `input_ids` dimension 1 to 7, so the export rejects 11")
+
+
+def test_hint_for_an_operator_without_translation_names_op_and_backend() -> None:
+    # DFineModel on ONNX (docs/coverage.json).
+    error = "No ONNX function found for <OpOverload(op='aten._is_all_true', overload=..."
+    text = hint(failed("DFineModel", "onnx", "DispatchError", error))
+    assert text.startswith("no translation: onnx cannot express `aten._is_all_true`")
+    assert "hfexport/exporters/workarounds/onnx.py" in text
+
+
+def test_hint_for_a_missing_runtime_kernel() -> None:
+    # FNetForMaskedLM on ExecuTorch (docs/coverage.json): the runtime names no operator, error 0x14 is OperatorMissing.
+    text = hint(failed("FNetForMaskedLM", "executorch", "RuntimeError", "Failed to load method forward, error: 0x:14"))
+    assert text.startswith("no kernel: the executorch runtime has no kernel for an operator (the job's log names it)")
+
+
+def test_hint_for_an_output_mismatch_names_output_distance_and_shape() -> None:
+    error = "at the second shape (input_ids (3, 11), attention_mask (3, 11)): logits: max abs diff 0.113 > 0.0001"
+    text = hint(failed("AfmoeForCausalLM", "onnx", "OutputMismatch", error))
+    assert text.startswith("wrong values: output `logits` differs from eager (max abs diff 0.113 > 0.0001)")
+    assert "at the second shape (input_ids (3, 11), attention_mask (3, 11))" in text
+
+
+def test_no_hint_for_an_error_of_no_known_kind() -> None:
+    assert hint(failed("A", "onnx", "KeyError", "((s4/4)//8)")) is None
