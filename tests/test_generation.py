@@ -149,6 +149,22 @@ def test_min_new_tokens_keeps_generating_past_eos_like_eager() -> None:
     assert stopped.tolist() == _eager(model, input_ids, **common).tolist() != expected.tolist()
 
 
+def test_forced_eos_ends_the_last_token_like_eager() -> None:
+    # BART-like configs set forced_eos_token_id: eager's last token is EOS whatever greedy would pick.
+    model = tiny_model("BartForCausalLM", seed=0)
+    forced = model.generation_config.forced_eos_token_id
+    assert forced is not None
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exported = AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config)
+    input_ids, attention_mask = _prompts(model)
+    rule = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "attention_mask": attention_mask}
+    with torch.no_grad():
+        expected = model.generate(input_ids, do_sample=False, **rule)
+    actual = exported.generate(input_ids, **rule)
+    assert actual[:, -1].tolist() == [forced, forced]
+    assert actual.tolist() == expected.tolist()
+
+
 def test_manifest_lists_components_and_cache_layout(tmp_path: Path) -> None:
     exported = _exported("llama", "dynamo")
     saved = exported.save_pretrained(tmp_path / "gen")

@@ -49,6 +49,7 @@ def _special_tokens(model: PreTrainedModel) -> dict[str, Any]:
         "decoder_start_token_id": None if start is None or not model.config.is_encoder_decoder else int(start),
         "suppress_tokens": token_id_list(getattr(generation_config, "suppress_tokens", None)),
         "begin_suppress_tokens": token_id_list(getattr(generation_config, "begin_suppress_tokens", None)),
+        "forced_eos_token_id": token_id_list(getattr(generation_config, "forced_eos_token_id", None)),
     }
 
 
@@ -61,10 +62,9 @@ _IGNORED_SETTINGS = (
     "bad_words_ids",
     "sequence_bias",
     "forced_bos_token_id",
-    "forced_eos_token_id",
     "forced_decoder_ids",
     "min_length",
-    "min_new_tokens",
+    "min_new_tokens",  # from the config; ExportedModel.generate takes it as an argument
 )
 
 

@@ -26,6 +26,8 @@ class _Greedy:
     begin_suppress: list[int]
     unfinished: torch.Tensor
     min_new_tokens: int = 0
+    forced_eos: list[int] = dataclasses.field(default_factory=list)
+    last_step: int = -1  # the index of the last new token (where a forced EOS goes)
     steps: int = 0
 
     def next_tokens(self, logits: torch.Tensor) -> torch.Tensor:
@@ -35,6 +37,10 @@ class _Greedy:
         if suppressed:
             logits = logits.clone()
             logits[:, suppressed] = -float("inf")
+        if self.forced_eos and self.steps == self.last_step:
+            # eager's forced_eos_token_id (BART-like configs): the last token allowed is EOS, whatever came before.
+            logits = torch.full_like(logits, -float("inf"))
+            logits[:, self.forced_eos] = 0
         self.steps += 1
         tokens = logits.argmax(-1)
         if self.eos is None:
@@ -50,7 +56,12 @@ class _Greedy:
 
 
 def _greedy(
-    generation: dict[str, Any], batch_size: int, eos_token_id: Any, pad_token_id: int | None, min_new_tokens: int
+    generation: dict[str, Any],
+    batch_size: int,
+    eos_token_id: Any,
+    pad_token_id: int | None,
+    min_new_tokens: int,
+    max_new_tokens: int,
 ) -> _Greedy:
     eos = token_id_list(generation.get("eos_token_id") if eos_token_id is None else eos_token_id)
     pad = generation.get("pad_token_id") if pad_token_id is None else pad_token_id
@@ -63,6 +74,8 @@ def _greedy(
         begin_suppress=generation.get("begin_suppress_tokens", []),
         unfinished=torch.ones(batch_size, dtype=torch.bool),
         min_new_tokens=min_new_tokens,
+        forced_eos=token_id_list(generation.get("forced_eos_token_id")),
+        last_step=max_new_tokens - 1,
     )
 
 
@@ -95,7 +108,7 @@ def generate(
         raise GenerationLengthError(
             f"this export has a static batch of {generation['batch_size']}, got {batch_size}; export with dynamic=True"
         )
-    greedy = _greedy(generation, batch_size, eos_token_id, pad_token_id, min_new_tokens)
+    greedy = _greedy(generation, batch_size, eos_token_id, pad_token_id, min_new_tokens, max_new_tokens)
     if generation["kind"] == ENCODER_DECODER:
         return _generate_encoder_decoder(exported, generation, input_ids, attention_mask, max_new_tokens, greedy)
     return _generate_decoder_only(exported, generation, input_ids, attention_mask, max_new_tokens, greedy)
