@@ -56,7 +56,8 @@ def main(verbose: bool) -> None:
     "--dynamic-upper-bound",
     type=click.IntRange(min=2),
     help="ExecuTorch: the largest size a dynamic dimension accepts (default 256, lowered while planned memory is "
-    "over 2 GiB, never below 16). ExecuTorch plans memory for it; ONNX and torch.export need no bound.",
+    "over 2 GiB, never below 16; always at least twice the traced size). ExecuTorch plans memory for it; ONNX and "
+    "torch.export need no bound.",
 )
 @click.option("--seed", default=0, show_default=True, help="Seed for tiny random weights and sample inputs.")
 def export(
@@ -271,6 +272,13 @@ def _backends(_ctx: click.Context, _param: click.Parameter, value: str) -> list[
 @click.option("--generation/--no-generation", default=True, show_default=True, help="Greedy generation on decoder LMs.")
 @click.option("--report-fixed", is_flag=True, help="Also run passing cells at base, to report fixed ones.")
 @click.option("--report-dir", type=click.Path(path_type=Path), help="Write report.json, report.md and junit.xml here.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Result cache: a cell whose imported transformers files, hfexport and package versions are unchanged is "
+    "not run again (default: $HFEXPORT_CACHE_DIR, else ~/.cache/hfexport/results).",
+)
+@click.option("--no-cache", is_flag=True, help="Run every cell; neither read nor write the result cache.")
 def check(
     files: tuple[Path, ...],
     base: str | None,
@@ -286,6 +294,8 @@ def check(
     generation: bool,
     report_fixed: bool,
     report_dir: Path | None,
+    cache_dir: Path | None,
+    no_cache: bool,
 ) -> None:
     """Export the model classes a change touched on every backend; exit 1 when one is newly broken.
 
@@ -301,13 +311,17 @@ def check(
     import os
 
     from .gate import report as gate_report
+    from .gate.cache import default_cache_dir
     from .gate.run import CheckOptions, GateError, run_check, target_for
     from .github.event import pr_context
 
     names = [name.strip() for name in (models or "").split(",") if name.strip()]
     if sum(map(bool, (files, names, select_all))) > 1:
         _fail("pass file names, --models or --all, not several")
-    options = CheckOptions(backends, jobs, timeout, memory_limit, engine, generation, shard, report_fixed)
+    if no_cache and cache_dir is not None:
+        _fail("--cache-dir and --no-cache contradict each other")
+    cache = None if no_cache else (cache_dir or default_cache_dir())
+    options = CheckOptions(backends, jobs, timeout, memory_limit, engine, generation, shard, report_fixed, cache)
     try:
         target = target_for(Path.cwd(), [str(f) for f in files], names, select_all, base, head)
         result = run_check(target, options, echo=click.echo, pr=pr_context(os.environ))

@@ -146,14 +146,15 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 def auto_dynamic_shapes(sample_inputs: dict[str, Any], upper_bound: int | None = None) -> dict[str, Any]:
     """``Dim.AUTO`` on every dimension; a pytree-registered object (a cache) gets a list per flattened leaf.
 
-    With ``upper_bound`` every dimension is capped at ``max(upper_bound, traced size)``.
+    With ``upper_bound`` every dimension is capped at ``max(upper_bound, 2 x traced size)``: a bound always admits
+    twice the traced batch and length (an audio length of 10,000 samples too), the second shape the gate runs at.
     """
 
     def for_value(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             if upper_bound is None:
                 return dict.fromkeys(range(value.dim()), Dim.AUTO)
-            return {dim: Dim.AUTO(max=max(upper_bound, size)) for dim, size in enumerate(value.shape)}
+            return {dim: Dim.AUTO(max=max(upper_bound, 2 * size)) for dim, size in enumerate(value.shape)}
         if isinstance(value, (list, tuple)):
             return type(value)(for_value(v) for v in value)
         if isinstance(value, dict):

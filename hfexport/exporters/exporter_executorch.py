@@ -64,8 +64,8 @@ class ExecutorchConfig(DynamoConfig):
     """ExecuTorch options on top of torch.export's.
 
     ``backend``: ``"xnnpack"`` (CPU, delegated), ``"portable"`` (CPU, no delegate) or ``"cuda"`` (needs a GPU).
-    ``dynamic_upper_bound``: with ``dynamic=True``, the largest size every dynamic dimension accepts (at least its
-    traced size); ExecuTorch plans memory for the bound, so keep it as small as the inputs you will feed.
+    ``dynamic_upper_bound``: with ``dynamic=True``, the largest size every dynamic dimension accepts (at least twice
+    its traced size); ExecuTorch plans memory for the bound, so keep it as small as the inputs you will feed.
     ``planned_memory_budget_gib``: with automatic dynamic shapes, a bound whose planned memory exceeds this is
     divided by 4 (down to 16) until it fits: a video model at 256 frames and batch 256 would plan 17 GiB. ``None``
     keeps ``dynamic_upper_bound`` whatever it costs.

@@ -51,6 +51,7 @@ class Cell:
     disabled: dict[str, str] | None = None  # transformers internals the checkout lacks -> the feature turned off
     # The run at a second input shape: {"status": "pass", "inputs": {name: shape}, "max_abs_diff"}, or "skipped".
     second_shape: dict[str, Any] | None = None
+    cached: bool | None = None  # the result came from the result cache: the same code gave it in an earlier run
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cell:
@@ -63,7 +64,7 @@ class Cell:
     def apply_result(self, result: dict[str, Any]) -> None:
         """Take a job's outcome (see ``checks.run_cell``) as this cell's result."""
         keys = ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame")
-        for key in (*keys, "second_shape"):
+        for key in (*keys, "second_shape", "cached"):
             setattr(self, key, result.get(key))
         self.timings = result.get("timings") or {}
         self.workarounds = result.get("workarounds") or []
@@ -138,14 +139,15 @@ class Cell:
 
     def label(self) -> str:
         """One line: ``pass (max abs 2e-06)``, ``fail · onnx · stage 4 …: RuntimeError: … (at file:line: text)``."""
+        cached = " [cached]" if self.cached else ""
         if self.status == "pass":
             fixed = " fixed" if self.regression == "fixed" else ""
             diff = f" (max abs {self.max_abs_diff:.1e})" if _number(self.max_abs_diff) else ""
-            return f"pass{fixed}{diff}"
+            return f"pass{fixed}{diff}{cached}"
         if self.status == "skipped":
             return f"skipped: {self.skip_reason}"
         where = f" · {self.stage}" if self.stage else ""
-        return f"{self.kind()}{where}: {self.error_type}: {self.error}{self.frame_note()}"
+        return f"{self.kind()}{where}: {self.error_type}: {self.error}{self.frame_note()}{cached}"
 
     def short(self) -> str:
         """A table cell of the terminal view: ``pass``, ``FAIL stage 4 ONNX translations``, ``not checked``."""
@@ -161,7 +163,7 @@ class Cell:
 
 CELL_KEYS = tuple(f.name for f in dataclasses.fields(Cell))
 # The schema version that added each cell key after version 1: older cells lack it.
-CELL_KEY_SINCE = {"frame": 2, "disabled": 2, "second_shape": 3}
+CELL_KEY_SINCE = {"frame": 2, "disabled": 2, "second_shape": 3, "cached": 3}
 _REQUIRED = ("model_type", "model_class", "backend")
 
 

@@ -3,7 +3,7 @@
 Schema "hfexport-report" (``REPORT_SCHEMA_VERSION``) is the contract between ``check``, ``merge`` and ``comment``;
 ``validate_report`` is its single definition. Version 2 added the ``tool_error`` and ``not_checked`` statuses and
 the cell keys ``frame`` (where it broke) and ``disabled`` (transformers internals the checkout lacks); version 3 the
-cell key ``second_shape`` (the run at a second input shape).
+cell keys ``second_shape`` (the run at a second input shape) and ``cached`` (a result from the result cache).
 """
 
 from __future__ import annotations
@@ -151,6 +151,7 @@ def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> No
         _check_type(errors, f"{where}.second_shape.inputs", second.get("inputs"), (dict,), nullable=True)
         _check_type(errors, f"{where}.second_shape.max_abs_diff", second.get("max_abs_diff"), (int, float), True)
         _check_type(errors, f"{where}.second_shape.detail", second.get("detail"), (str,), nullable=True)
+    _check_type(errors, f"{where}.cached", cell.get("cached"), (bool,), nullable=True)
     if _check_type(errors, f"{where}.disabled", cell.get("disabled"), (dict,), nullable=True) and cell.get("disabled"):
         for name, feature in cell["disabled"].items():
             _check_type(errors, f"{where}.disabled[{name!r}]", feature, (str,))

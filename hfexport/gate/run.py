@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import changes, report
+from .cache import ResultCache
 from .cells import BACKENDS, FAILURE_STATUSES, Cell, in_shard
 from .jobs import JobOptions, WorkerError, WorkerProcess
 from .skips import skip_reason
@@ -47,6 +48,7 @@ class CheckOptions:
     generation: bool = True
     shard: tuple[int, int] = (1, 1)
     report_fixed: bool = False
+    cache_dir: Path | None = None  # the result cache (see cache.py); None: run every cell
 
     def job_options(self) -> JobOptions:
         return JobOptions(self.jobs, self.timeout, self.memory_limit_gib, tuple(self.backends), self.engine)
@@ -130,16 +132,40 @@ def _job(cell: Cell, selected: changes.SelectedClass, options: CheckOptions) -> 
     }
 
 
+def _result_cache(worker: WorkerProcess, code: Path | None, options: CheckOptions) -> ResultCache | None:
+    if options.cache_dir is None:
+        return None
+    site = Path(worker.ready["transformers_file"]).resolve().parent.parent
+    return ResultCache(options.cache_dir, worker.ready["environment"], {"checkout": code, "site": site})
+
+
 def _run_cells(
     worker: WorkerProcess,
+    code: Path | None,
     cells: list[tuple[Cell, changes.SelectedClass]],
     options: CheckOptions,
     on_result: Callable[[Cell, dict[str, Any]], None],
 ) -> None:
-    """Run (cell, class) pairs on a worker; ``on_result(cell, result)`` as each finishes (in finishing order)."""
-    worker.warm(sorted({s.module for _, s in cells if s.module}))
+    """Run (cell, class) pairs on a worker; ``on_result(cell, result)`` as each finishes (in finishing order).
+
+    A cell the result cache holds for the same code is answered from it, marked ``cached``, and not run.
+    """
+    cache = _result_cache(worker, code, options)
     jobs = [_job(cell, selected, options) for cell, selected in cells]
-    for index, result in worker.run(jobs):
+    to_run = []
+    for index, job in enumerate(jobs):
+        cached = cache.get(job) if cache else None
+        if cached is not None:
+            on_result(cells[index][0], {**cached, "cached": True})
+        else:
+            to_run.append(index)
+    if not to_run:
+        return
+    worker.warm(sorted({cells[i][1].module for i in to_run if cells[i][1].module}))
+    for position, result in worker.run([jobs[i] for i in to_run]):
+        index = to_run[position]
+        if cache:
+            cache.put(jobs[index], result)
         on_result(cells[index][0], result)
 
 
@@ -261,7 +287,7 @@ def run_check(
                 else:
                     to_run.append((cell, selected))
             if head_worker is not None and to_run:
-                _run_cells(head_worker, to_run, options, record)
+                _run_cells(head_worker, head_code, to_run, options, record)
         finally:
             if head_worker is not None:
                 head_worker.close()
@@ -309,6 +335,6 @@ def _compare_with_base(
                 verdict = cell.regression or "unchanged"
                 echo(f"  base · {cell.model_class} · {cell.backend}: {outcome.get('status')} -> {verdict}")
 
-            _run_cells(worker, again, options, record)
+            _run_cells(worker, base_code, again, options, record)
         finally:
             worker.close()

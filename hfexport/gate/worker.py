@@ -136,9 +136,18 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // options.jobs))
+        from hfexport.gate.cache import imported_sources, record_opened_files
         from hfexport.gate.checks import run_cell
 
+        before, opened = set(sys.modules), record_opened_files()
         cell = run_cell(job, _root(options), options.engine)
+        # What the result cache keys the cell on: the model's and config's code, and what the job imported.
+        model_class = getattr(sys.modules.get(job.get("module") or ""), job["model_class"], None)
+        config_class = getattr(model_class, "config_class", None)
+        start = [sys.modules[c.__module__] for c in (model_class, config_class) if c is not None]
+        imported_here = [sys.modules[name] for name in set(sys.modules) - before if sys.modules.get(name)]
+        # No model class to start from: no closure to trust, so the result is not cached.
+        cell["sources"] = imported_sources(_root(options), start, imported_here, opened) if start else []
     except MemoryError:
         cell = {"status": "oom", "stage": None, "error_type": "MemoryError", "error": "out of memory"}
     except BaseException as error:
@@ -312,6 +321,21 @@ def _preload(backends: list[str], engine: str) -> dict[str, str]:
     return problems
 
 
+def _environment(engine: str) -> dict[str, Any]:
+    """What every result of this worker depends on besides the transformers files a job reads (see ``cache.py``)."""
+    import hfexport
+    from hfexport.exporters.utils import package_version
+    from hfexport.gate.cache import code_fingerprint
+
+    packages = ("torch", "transformers", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "executorch")
+    return {
+        "python": sys.version.split()[0],
+        "engine": engine,
+        "hfexport": code_fingerprint(Path(hfexport.__file__).resolve().parent),
+        "packages": {name: package_version(name) for name in packages},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m hfexport.gate.worker")
     parser.add_argument("--root", default="")
@@ -336,6 +360,7 @@ def main() -> None:
                 "transformers_version": transformers.__version__,
                 "transformers_file": transformers.__file__,
                 "backend_problems": problems,
+                "environment": _environment(options.engine),
             }
         )
         + "\n"

@@ -1,0 +1,166 @@
+"""The result cache: a cell is not run again while nothing it depends on has changed.
+
+A cell depends on the content of every transformers source file its job imported (recorded by the job when it ran:
+the model's modeling and configuration files, the shared modules, a ModelTester of the checkout's tests), on
+hfexport's own code, and on the versions of python, torch, transformers, onnx, onnxscript, onnxruntime and
+executorch. The key of an entry is everything but the files (class, backend, engine, options, code and versions); an
+entry holds the files it read with their content hashes and the result. A lookup takes the first entry of the key
+whose every file still hashes the same, so a base run and a head run of the same cell keep one entry each.
+
+Files are recorded relative to where the run's code came from (``checkout:`` the repository's transformers checkout,
+``site:`` the installed transformers), so the temporary worktree of a base run finds the entries of the last one.
+Only deterministic outcomes are kept: a pass, a model's failure and a class that cannot be built; never a crash,
+timeout, out-of-memory or tool error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+CACHE_SCHEMA = 1
+CACHED_STATUSES = frozenset({"pass", "fail", "not_checked"})
+MAX_ENTRIES_PER_KEY = 8  # base and head of a few pushes; the oldest go first
+
+
+def default_cache_dir() -> Path:
+    """``$HFEXPORT_CACHE_DIR``, else the user cache dir (``$XDG_CACHE_HOME/hfexport/results``)."""
+    if os.environ.get("HFEXPORT_CACHE_DIR"):
+        return Path(os.environ["HFEXPORT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hfexport" / "results"
+
+
+def code_fingerprint(package_dir: Path) -> str:
+    """A hash of every Python file of hfexport as the jobs import it."""
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        digest.update(path.relative_to(package_dir).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def record_opened_files() -> set[str]:
+    """Start recording the files this process opens from now on (module sources and caches included)."""
+    opened: set[str] = set()
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open" and args and isinstance(args[0], str) and args[0].endswith((".py", ".pyc")):
+            opened.add(args[0])
+
+    sys.addaudithook(hook)  # for the rest of the process: call it in a job's own forked child only
+    return opened
+
+
+def _reachable(start: list[ModuleType]) -> list[ModuleType]:
+    """The transformers modules ``start`` reaches through its globals (modules, and the modules of its classes and
+    functions), transitively: the code a model can run, without the whole package its lazy import machinery loaded."""
+    seen: dict[str, ModuleType] = {}
+    stack = list(start)
+    while stack:
+        module = stack.pop()
+        if module.__name__ in seen:
+            continue
+        seen[module.__name__] = module
+        for value in list(vars(module).values()):
+            target = value if isinstance(value, ModuleType) else sys.modules.get(getattr(value, "__module__", "") or "")
+            name = getattr(target, "__name__", "")
+            if (name == "transformers" or name.startswith("transformers.")) and name not in seen:
+                stack.append(target)
+    return list(seen.values())
+
+
+def imported_sources(
+    checkout: Path | None, start: list[ModuleType], imported_here: list[ModuleType], opened: set[str]
+) -> list[str]:
+    """The transformers source files a job depended on, as ``checkout:<path>`` or ``site:<path>``: those reachable from
+    ``start`` (the model's and its config's modules) and from the modules the job itself imported, and the Python
+    files it opened in the checkout outside its ``src`` (a ModelTester of its tests, imported and dropped again)."""
+    import importlib.util
+
+    import transformers
+
+    roots = [("checkout", checkout.resolve())] if checkout is not None else []
+    roots.append(("site", Path(transformers.__file__).resolve().parent.parent))
+    files = {getattr(m, "__file__", None) for m in _reachable([*start, *imported_here])}
+    for name in opened:
+        with contextlib.suppress(ValueError):
+            source = Path(importlib.util.source_from_cache(name) if name.endswith(".pyc") else name).resolve()
+            if checkout is not None and source.is_relative_to(checkout.resolve() / "tests"):
+                files.add(str(source))
+    found = set()
+    for file in filter(None, files):
+        path = Path(file).resolve()
+        for tag, root in roots:
+            inside = path.is_relative_to(root)
+            if inside and (tag == "checkout" or path.relative_to(root).parts[0] == "transformers"):
+                found.add(f"{tag}:{path.relative_to(root).as_posix()}")
+                break
+    return sorted(found)
+
+
+class ResultCache:
+    """Entries under ``directory``; ``roots`` say where ``checkout:`` and ``site:`` paths are for this run."""
+
+    def __init__(self, directory: Path, environment: dict[str, Any], roots: dict[str, Path | None]):
+        self.directory = directory
+        self.environment = environment
+        self.roots = roots
+        self._hashes: dict[str, str | None] = {}
+
+    def key(self, job: dict[str, Any]) -> str:
+        fields = {"schema": CACHE_SCHEMA, "job": job, "environment": self.environment}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+    def _hash(self, source: str) -> str | None:
+        if source not in self._hashes:
+            tag, _, relative = source.partition(":")
+            root = self.roots.get(tag)
+            try:
+                self._hashes[source] = hashlib.sha256((root / relative).read_bytes()).hexdigest() if root else None
+            except OSError:
+                self._hashes[source] = None
+        return self._hashes[source]
+
+    def get(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        """The result of an entry whose every source file is unchanged, or None."""
+        folder = self.directory / self.key(job)
+        if not folder.is_dir():
+            return None
+        for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+            try:
+                entry = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            sources = entry.get("sources") or {}
+            if sources and all(self._hash(source) == digest for source, digest in sources.items()):
+                with contextlib.suppress(OSError):
+                    path.touch()  # recently used: the last to be evicted
+                return entry["result"]
+        return None
+
+    def put(self, job: dict[str, Any], result: dict[str, Any]) -> None:
+        """Keep a deterministic result with the hashes of the files its job imported (``result["sources"]``)."""
+        sources = result.get("sources") or []
+        if result.get("status") not in CACHED_STATUSES or not sources:
+            return
+        hashes = {source: self._hash(source) for source in sources}
+        if any(digest is None for digest in hashes.values()):
+            return  # a file gone since the job read it: the entry could never be checked
+        kept = {k: v for k, v in result.items() if k != "sources"}
+        entry = {"schema": CACHE_SCHEMA, "job": job, "sources": hashes, "result": kept}
+        folder = self.directory / self.key(job)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:32] + ".json"
+        # Written whole then renamed: a reader never sees half an entry, concurrent writers never mix.
+        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
+            json.dump(entry, handle)
+        os.replace(handle.name, folder / name)
+        for stale in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)[MAX_ENTRIES_PER_KEY:]:
+            stale.unlink(missing_ok=True)

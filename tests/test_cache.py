@@ -1,0 +1,110 @@
+"""The result cache: a cell is answered from it only while every file its job read, hfexport and the versions are
+the same; touching any of them runs the cell again. End to end on a real checkout, with the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from checkout_fixture import LLAMA, commit, make_checkout
+from click.testing import CliRunner
+
+from hfexport.cli import main
+from hfexport.gate.cache import ResultCache
+
+ARGS = ["check", LLAMA, "--backends", "dynamo", "--no-generation", "-j", "2"]
+
+
+def _check(repo: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    monkeypatch.chdir(repo)
+    out = repo.parent / "report"
+    result = CliRunner().invoke(main, [*ARGS, "--cache-dir", str(cache), "--report-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    return {c["model_class"]: c for c in json.loads((out / "report.json").read_text())["cells"]}
+
+
+def test_cells_come_from_the_cache_until_a_file_they_read_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, cache = make_checkout(tmp_path / "transformers", heads=1), tmp_path / "cache"
+    first = _check(repo, cache, monkeypatch)
+    assert sorted(first) == ["LlamaForCausalLM", "LlamaModel"]
+    assert all(c["status"] == "pass" and not c["cached"] for c in first.values())
+
+    again = _check(repo, cache, monkeypatch)
+    assert all(c["cached"] for c in again.values())
+    assert {k: c["max_abs_diff"] for k, c in again.items()} == {k: c["max_abs_diff"] for k, c in first.items()}
+
+    # A file of the checkout no job imported: still cached.
+    bert = "src/transformers/models/bert/modeling_bert.py"
+    commit(repo, {bert: (repo / bert).read_text() + "\n# unrelated\n"}, "touch bert")
+    assert all(c["cached"] for c in _check(repo, cache, monkeypatch).values())
+
+    # The model's own file, then a shared module it imports: both run again.
+    commit(repo, {LLAMA: (repo / LLAMA).read_text() + "\n# touched\n"}, "touch llama")
+    assert not any(c["cached"] for c in _check(repo, cache, monkeypatch).values())
+    assert all(c["cached"] for c in _check(repo, cache, monkeypatch).values())
+    shared = "src/transformers/cache_utils.py"
+    commit(repo, {shared: (repo / shared).read_text() + "\n# touched\n"}, "touch cache_utils")
+    assert not any(c["cached"] for c in _check(repo, cache, monkeypatch).values())
+
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(main, [*ARGS, "--no-cache"])
+    assert result.exit_code == 0 and "[cached]" not in result.output
+
+
+def _entry(tmp_path: Path, environment: dict) -> tuple[ResultCache, dict, dict]:
+    source = tmp_path / "site" / "transformers" / "models" / "llama" / "modeling_llama.py"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    if not source.exists():
+        source.write_text("# model\n")
+    cache = ResultCache(tmp_path / "cache", environment, {"checkout": None, "site": tmp_path / "site"})
+    job = {"model_class": "LlamaModel", "backend": "onnx"}
+    result = {"status": "pass", "max_abs_diff": 1e-7, "sources": ["site:transformers/models/llama/modeling_llama.py"]}
+    return cache, job, result
+
+
+ENVIRONMENT = {"python": "3.11.7", "hfexport": "abc", "packages": {"torch": "2.13.0", "onnxruntime": "1.32.0"}}
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"hfexport": "def"},
+        {"python": "3.12.0"},
+        {"packages": {**ENVIRONMENT["packages"], "torch": "2.14.0"}},
+        {"packages": {**ENVIRONMENT["packages"], "onnxruntime": "1.33.0"}},
+        {"engine": "transformers"},
+    ],
+    ids=["hfexport code", "python", "torch", "onnxruntime", "engine"],
+)
+def test_any_other_version_or_hfexport_code_misses(tmp_path: Path, changed: dict) -> None:
+    cache, job, result = _entry(tmp_path, ENVIRONMENT)
+    cache.put(job, result)
+    assert cache.get(job) == {"status": "pass", "max_abs_diff": 1e-7}
+    other, _, _ = _entry(tmp_path, {**ENVIRONMENT, **changed})
+    assert other.get(job) is None
+
+
+def test_only_deterministic_outcomes_are_kept(tmp_path: Path) -> None:
+    cache, job, result = _entry(tmp_path, ENVIRONMENT)
+    for status in ("crash", "timeout", "oom", "tool_error"):
+        cache.put(job, {**result, "status": status})
+        assert cache.get(job) is None
+    cache.put(job, {**result, "status": "fail", "error": "boom"})
+    assert cache.get(job)["status"] == "fail"
+
+
+def test_base_and_head_versions_of_a_file_keep_an_entry_each(tmp_path: Path) -> None:
+    cache, job, result = _entry(tmp_path, ENVIRONMENT)
+    source = tmp_path / "site" / "transformers" / "models" / "llama" / "modeling_llama.py"
+    cache.put(job, {**result, "max_abs_diff": 1.0})
+    source.write_text("# head\n")
+    fresh, _, _ = _entry(tmp_path, ENVIRONMENT)  # a new run hashes the files again
+    assert fresh.get(job) is None
+    fresh.put(job, {**result, "max_abs_diff": 2.0})
+    assert fresh.get(job)["max_abs_diff"] == 2.0
+    source.write_text("# model\n")
+    base, _, _ = _entry(tmp_path, ENVIRONMENT)
+    assert base.get(job)["max_abs_diff"] == 1.0
