@@ -279,6 +279,13 @@ def _backends(_ctx: click.Context, _param: click.Parameter, value: str) -> list[
     "not run again (default: $HFEXPORT_CACHE_DIR, else ~/.cache/hfexport/results).",
 )
 @click.option("--no-cache", is_flag=True, help="Run every cell; neither read nor write the result cache.")
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="MINUTES",
+    help="Start no cell after this many minutes; cells run every model type on every backend first, the rest are "
+    "reported 'not run (budget)'. For huge changes, split instead: --shard K/N in a matrix, then `hfexport merge`.",
+)
 def check(
     files: tuple[Path, ...],
     base: str | None,
@@ -296,6 +303,7 @@ def check(
     report_dir: Path | None,
     cache_dir: Path | None,
     no_cache: bool,
+    budget: float | None,
 ) -> None:
     """Export the model classes a change touched on every backend; exit 1 when one is newly broken.
 
@@ -321,7 +329,9 @@ def check(
     if no_cache and cache_dir is not None:
         _fail("--cache-dir and --no-cache contradict each other")
     cache = None if no_cache else (cache_dir or default_cache_dir())
-    options = CheckOptions(backends, jobs, timeout, memory_limit, engine, generation, shard, report_fixed, cache)
+    options = CheckOptions(
+        backends, jobs, timeout, memory_limit, engine, generation, shard, report_fixed, cache, budget
+    )
     try:
         target = target_for(Path.cwd(), [str(f) for f in files], names, select_all, base, head)
         result = run_check(target, options, echo=click.echo, pr=pr_context(os.environ))

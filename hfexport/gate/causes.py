@@ -67,6 +67,11 @@ def group(cells: list[Cell]) -> list[Cause]:
 
 def hint(cell: Cell) -> str | None:
     """What to do about a failure of a common kind, in a sentence; None when the error is of no known kind."""
+    if cell.status == "not_run":
+        return (
+            "not run: the time budget (--budget) ran out first. Run every cell by splitting the check over a matrix: "
+            "`hfexport check --shard K/N` in N jobs, then `hfexport merge` of their report.json files."
+        )
     error = f"{cell.error_type}: {cell.error}"
     location = cell.model_location
     at = f" at {location['file']}:{location.get('line')}" if location else ""

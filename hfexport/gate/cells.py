@@ -18,9 +18,10 @@ BACKENDS = ("dynamo", "onnx", "executorch")
 
 # "tool_error": hfexport itself failed (exit code 2); "not_checked": no tiny model could be built or run eagerly.
 # Neither is a model's failure. "error" is schema 1's build/eager/job error, read but no longer written.
-STATUSES = ("pass", "fail", "crash", "timeout", "oom", "skipped", "error", "tool_error", "not_checked")
+STATUSES = ("pass", "fail", "crash", "timeout", "oom", "skipped", "error", "tool_error", "not_checked", "not_run")
 FAILURE_STATUSES = frozenset({"fail", "crash", "timeout", "oom", "error"})
-NOT_A_RESULT = frozenset({"tool_error", "not_checked"})
+# "not_run": the time budget (--budget) ran out before the cell started; never a pass.
+NOT_A_RESULT = frozenset({"tool_error", "not_checked", "not_run"})
 
 
 def _number(value: Any) -> bool:
@@ -108,7 +109,7 @@ class Cell:
     @property
     def model_location(self) -> dict[str, Any] | None:
         """The checked-out transformers line a model's failure broke at (``src/transformers/...``), if any."""
-        if self.status in ("tool_error", "not_checked", "pass", "skipped") or not isinstance(self.frame, dict):
+        if self.status in ("pass", "skipped", *NOT_A_RESULT) or not isinstance(self.frame, dict):
             return None
         file = self.frame.get("file")
         return self.frame if isinstance(file, str) and file.startswith("src/transformers/") else None
@@ -153,7 +154,7 @@ class Cell:
         """A table cell of the terminal view: ``pass``, ``FAIL stage 4 ONNX translations``, ``not checked``."""
         if self.status == "pass":
             return "pass" + (" (fixed)" if self.regression == "fixed" else "")
-        if self.status in ("skipped", "not_checked"):
+        if self.status in ("skipped", "not_checked", "not_run"):
             return self.kind()
         marker = "(pre-existing) " if self.pre_existing else ""
         stage = self.stage or ""

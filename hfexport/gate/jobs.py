@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 import hfexport
 
 GIB = 1024**3
+# The result of a job the time budget left no room to start.
+NOT_RUN = {"status": "not_run", "stage": None, "error_type": "Budget", "error": "not run: the time budget ran out"}
 
 
 class WorkerError(RuntimeError):
@@ -49,6 +52,7 @@ class WorkerProcess:
     """One warm worker for the code at ``root`` (None: the installed transformers)."""
 
     def __init__(self, root: Path | None, options: JobOptions):
+        self.jobs = options.jobs
         self.log_dir = Path(tempfile.mkdtemp(prefix="hfexport-jobs-"))
         self.stderr_path = self.log_dir / "worker.log"
         command = [
@@ -96,13 +100,23 @@ class WorkerProcess:
         self._send({"op": "warm", "modules": modules})
         self._receive("warmed")
 
-    def run(self, jobs: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Yield (index in ``jobs``, cell) as jobs finish; a dead worker fails the remaining jobs as errors."""
+    def run(self, jobs: list[dict[str, Any]], deadline: float | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Yield (index in ``jobs``, cell) as jobs finish; a dead worker fails the remaining jobs as errors.
+
+        Jobs are handed to the worker a few at a time, in order; past ``deadline`` (``time.monotonic()``) no more are
+        started, and those never started come back as ``not_run`` (the ones running finish).
+        """
+        ahead = threading.Semaphore(self.jobs + 1)
+        started: list[int] = []
 
         def feed() -> None:
             try:
                 for index, job in enumerate(jobs):
+                    ahead.acquire()
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
                     self._send({"op": "run", "id": index, "job": job})
+                    started.append(index)
                 self.process.stdin.close()
             except (BrokenPipeError, ValueError, OSError):
                 pass  # the worker died; the reader reports it
@@ -114,11 +128,15 @@ class WorkerProcess:
             message = json.loads(line)
             if message.get("op") == "result":
                 remaining.discard(message["id"])
+                ahead.release()
                 yield message["id"], message["cell"]
         writer.join()
-        if remaining:
+        never_started = remaining - set(started)
+        for index in sorted(never_started):
+            yield index, dict(NOT_RUN)
+        if remaining - never_started:
             error = f"the job worker died ({self.process.wait()}): {self._stderr_tail()}"
-            for index in sorted(remaining):
+            for index in sorted(remaining - never_started):
                 yield index, {"status": "tool_error", "stage": "job", "error_type": "WorkerError", "error": error}
 
     def close(self) -> None:

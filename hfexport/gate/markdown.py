@@ -71,6 +71,8 @@ def _icon(cell: Cell) -> str:
         return "💥"
     if cell.status == "not_checked":
         return "❔"
+    if cell.status == "not_run":
+        return "⏸️"
     if cell.regression == "fixed":
         return "🔧"
     if cell.failed:
@@ -110,6 +112,7 @@ def _counts(report: dict[str, Any]) -> dict[str, int]:
         "skipped",
         "tool_errors",
         "not_checked",
+        "not_run",
     )
     return {key: int(summary.get(key) or 0) for key in keys}
 
@@ -126,6 +129,8 @@ def summary_line(report: dict[str, Any]) -> str:
         verdict = f"❌ **{n['new_failures']} new export failure{'s' if n['new_failures'] != 1 else ''}**"
     elif n["failed"] and n["pre_existing"] < n["failed"]:
         verdict = f"❌ **{n['failed']} export failure{'s' if n['failed'] != 1 else ''}**"
+    elif n["not_run"]:
+        verdict = f"⏸️ **{n['not_run']} check{'s' if n['not_run'] != 1 else ''} not run within the time budget**"
     elif n["failed"]:
         verdict = f"✅ **no new export failures** ({n['pre_existing']} pre-existing)"
     else:
@@ -134,7 +139,7 @@ def summary_line(report: dict[str, Any]) -> str:
         f"{n['total']} checks: {n['passed']} passed, {n['failed']} failed "
         f"({n['new_failures']} new, {n['pre_existing']} pre-existing), {n['fixed']} fixed, {n['skipped']} skipped, "
         f"{n['tool_errors']} tool errors, {n['not_checked']} not checked"
-    )
+    ) + (f", {n['not_run']} not run (budget)" if n["not_run"] else "")
     backends = ", ".join(escape_inline(b, 30) for b in report.get("backends") or [])
     selection = report.get("selection") if isinstance(report.get("selection"), dict) else {}
     parts = [verdict, counts, f"backends: {backends}"]

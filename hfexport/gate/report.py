@@ -24,7 +24,8 @@ from .cells import CELL_KEY_SINCE, CELL_KEYS, FAILURE_STATUSES, NOT_A_RESULT, ST
 REPORT_SCHEMA = "hfexport-report"
 MAX_REPORT_BYTES = 8 * 1024 * 1024  # far above any real report; a hostile one cannot make readers load more
 REPORT_SCHEMA_VERSION = 3
-# Older reports (1: no tool_error / not_checked, no frame / disabled; 2: no second_shape) are still read.
+# Older reports (1: no tool_error / not_checked, no frame / disabled; 2: no second_shape / cached / not_run)
+# are still read.
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 REGRESSIONS = ("new", "pre-existing", "fixed", None)
 SELECTION_MODES = ("diff", "files", "models", "all")
@@ -51,6 +52,7 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, int]:
         "skipped": sum(c.status == "skipped" for c in typed),
         "tool_errors": sum(c.status == "tool_error" for c in typed),
         "not_checked": sum(c.status == "not_checked" for c in typed),
+        "not_run": sum(c.status == "not_run" for c in typed),
     }
 
 
@@ -198,6 +200,8 @@ def validate_report(data: Any) -> list[str]:
         expected = summarize(cells)
         if version == 1:
             expected = {k: v for k, v in expected.items() if k not in ("tool_errors", "not_checked")}
+        if version < 3:
+            expected.pop("not_run")
         if summary != expected:
             errors.append(f"summary: {summary} does not match the cells ({expected})")
     if data.get("exit_code") not in (0, 1, 2):
@@ -265,7 +269,7 @@ def summary_counts(summary: dict[str, int]) -> str:
         f"({summary['new_failures']} new, {summary['pre_existing']} pre-existing), {summary['fixed']} fixed, "
         f"{summary['skipped']} skipped, {summary.get('tool_errors', 0)} tool errors, "
         f"{summary.get('not_checked', 0)} not checked"
-    )
+    ) + (f", {summary['not_run']} not run (budget)" if summary.get("not_run") else "")
 
 
 def junit_xml(report: dict[str, Any]) -> str:
@@ -280,7 +284,7 @@ def junit_xml(report: dict[str, Any]) -> str:
             tests=str(len(cells)),
             failures=str(sum(c.status == "fail" and c.new_failure for c in cells)),
             errors=str(sum((c.status != "fail" and c.new_failure) or c.status == "tool_error" for c in cells)),
-            skipped=str(sum(c.status in ("skipped", "not_checked") or c.pre_existing for c in cells)),
+            skipped=str(sum(c.status in ("skipped", "not_checked", "not_run") or c.pre_existing for c in cells)),
         )
         for cell in cells:
             case = ET.SubElement(
@@ -292,8 +296,8 @@ def junit_xml(report: dict[str, Any]) -> str:
             )
             if cell.status == "skipped":
                 ET.SubElement(case, "skipped", message=cell.skip_reason or "")
-            elif cell.status == "not_checked":
-                ET.SubElement(case, "skipped", message=f"not checked: {cell.label()}")
+            elif cell.status in ("not_checked", "not_run"):
+                ET.SubElement(case, "skipped", message=cell.label())
             elif cell.status == "tool_error":
                 element = ET.SubElement(case, "error", message=cell.label(), type="hfexport tool error")
                 element.text = cell.label()
@@ -327,6 +331,10 @@ def github_annotations(report: dict[str, Any]) -> list[str]:
         elif cell.status == "tool_error":
             title = _escape_property(f"hfexport failed checking {cell.model_class} on {cell.backend}")
             lines.append(f"::error title={title}::{_escape_data(cell.label())}")
+    not_run = [c for c in cells if c.status == "not_run"]
+    if not_run:
+        title = _escape_property(f"{len(not_run)} checks not run within the time budget")
+        lines.append(f"::notice title={title}::{_escape_data(hint(not_run[0]) or '')}")
     for cause in group([c for c in cells if c.new_failure]):
         cell = cause.cell
         # The line that broke when the trace reached the checkout's code, else the model class's line.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ class CheckOptions:
     shard: tuple[int, int] = (1, 1)
     report_fixed: bool = False
     cache_dir: Path | None = None  # the result cache (see cache.py); None: run every cell
+    budget_minutes: float | None = None  # past it no more cells start; the rest are "not_run"
 
     def job_options(self) -> JobOptions:
         return JobOptions(self.jobs, self.timeout, self.memory_limit_gib, tuple(self.backends), self.engine)
@@ -145,6 +147,7 @@ def _run_cells(
     cells: list[tuple[Cell, changes.SelectedClass]],
     options: CheckOptions,
     on_result: Callable[[Cell, dict[str, Any]], None],
+    deadline: float | None = None,
 ) -> None:
     """Run (cell, class) pairs on a worker; ``on_result(cell, result)`` as each finishes (in finishing order).
 
@@ -162,7 +165,7 @@ def _run_cells(
     if not to_run:
         return
     worker.warm(sorted({cells[i][1].module for i in to_run if cells[i][1].module}))
-    for position, result in worker.run([jobs[i] for i in to_run]):
+    for position, result in worker.run([jobs[i] for i in to_run], deadline):
         index = to_run[position]
         if cache:
             cache.put(jobs[index], result)
@@ -233,6 +236,8 @@ def run_check(
     pr: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the gate and return the finalized report (``exit_code`` 0 or 1)."""
+    budget = options.budget_minutes
+    deadline = None if budget is None else time.monotonic() + budget * 60
     if options.engine == "transformers":
         from .engine_transformers import transformers_exporters_present
 
@@ -287,12 +292,12 @@ def run_check(
                 else:
                     to_run.append((cell, selected))
             if head_worker is not None and to_run:
-                _run_cells(head_worker, head_code, to_run, options, record)
+                _run_cells(head_worker, head_code, to_run, options, record, deadline)
         finally:
             if head_worker is not None:
                 head_worker.close()
     if target.base is not None:
-        _compare_with_base(target, options, pairs, echo)
+        _compare_with_base(target, options, pairs, echo, deadline)
     result["cells"] = [cell.as_dict() for cell, _ in pairs]
     return report.finalize(result)
 
@@ -311,7 +316,22 @@ def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[Ce
             if reason:
                 cell.status, cell.skip_reason = "skipped", reason
             pairs.append((cell, selected))
-    return [(c, s) for c, s in pairs if in_shard(c.model_class, c.backend, options.shard)]
+    return _by_priority([(c, s) for c, s in pairs if in_shard(c.model_class, c.backend, options.shard)])
+
+
+def _by_priority(pairs: list[tuple[Cell, changes.SelectedClass]]) -> list[tuple[Cell, changes.SelectedClass]]:
+    """Every model type on every backend first: the first class of each type on each backend, then the second...
+
+    The order jobs start in, so a time budget that runs out leaves the later classes of the larger types, never a
+    whole type or backend unchecked. Deterministic: the selection's order within a type, the backends' order.
+    """
+    types = list(dict.fromkeys(cell.model_type for cell, _ in pairs))
+    rank: dict[tuple[str, str], int] = {}
+    keyed = []
+    for position, (cell, selected) in enumerate(pairs):
+        within = rank[(cell.model_type, cell.backend)] = rank.get((cell.model_type, cell.backend), -1) + 1
+        keyed.append(((within, types.index(cell.model_type), position), (cell, selected)))
+    return [pair for _, pair in sorted(keyed, key=lambda item: item[0])]
 
 
 def _compare_with_base(
@@ -319,8 +339,12 @@ def _compare_with_base(
     options: CheckOptions,
     pairs: list[tuple[Cell, changes.SelectedClass]],
     echo: Callable[[str], None],
+    deadline: float | None,
 ) -> None:
-    """Run at base what can change the verdict (failing cells; passing ones too with ``report_fixed``)."""
+    """Run at base what can change the verdict (failing cells; passing ones too with ``report_fixed``).
+
+    A failure whose base run the budget left no room for stays new: nothing showed it was there before.
+    """
     wanted = {"pass", *FAILURE_STATUSES} if options.report_fixed else FAILURE_STATUSES
     again = [(cell, selected) for cell, selected in pairs if cell.status in wanted]
     if not again:
@@ -335,6 +359,6 @@ def _compare_with_base(
                 verdict = cell.regression or "unchanged"
                 echo(f"  base · {cell.model_class} · {cell.backend}: {outcome.get('status')} -> {verdict}")
 
-            _run_cells(worker, base_code, again, options, record)
+            _run_cells(worker, base_code, again, options, record, deadline)
         finally:
             worker.close()

@@ -1,0 +1,72 @@
+"""A time budget for huge changes: cells start in an order that covers every model type on every backend first, none
+starts past the budget, and those left are reported "not run (budget)", never as passes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hfexport.cli import main
+from hfexport.gate import report
+from hfexport.gate.cells import Cell
+from hfexport.gate.changes import SelectedClass
+from hfexport.gate.jobs import JobOptions, WorkerProcess
+from hfexport.gate.run import _by_priority
+
+
+def test_priority_covers_every_type_and_backend_before_second_classes() -> None:
+    classes = {"llama": ["LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification"], "bert": ["BertModel"]}
+    pairs = [
+        (Cell(t, name, backend), SelectedClass(t, name))
+        for t, names in classes.items()
+        for name in names
+        for backend in ("dynamo", "onnx")
+    ]
+    order = [(c.model_class, c.backend) for c, _ in _by_priority(pairs)]
+    assert order[:4] == [
+        ("LlamaModel", "dynamo"),
+        ("LlamaModel", "onnx"),
+        ("BertModel", "dynamo"),
+        ("BertModel", "onnx"),
+    ]
+    assert order[4:] == [(n, b) for n in classes["llama"][1:] for b in ("dynamo", "onnx")]
+    assert _by_priority(list(reversed(pairs))) != _by_priority(pairs)  # the selection's order decides, nothing else
+    assert _by_priority(pairs) == _by_priority(list(pairs))
+
+
+def test_no_job_starts_past_the_deadline() -> None:
+    jobs = [
+        {"model_type": "llama", "model_class": name, "module": None, "backend": "dynamo", "generation": False}
+        for name in ("LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification")
+    ]
+    with WorkerProcess(None, JobOptions(jobs=1, backends=("dynamo",))) as worker:
+        # One job running and one queued are handed over at once; a cell takes seconds, so when the first
+        # finishes the deadline has passed and the last two never start.
+        results = dict(worker.run(jobs, deadline=time.monotonic() + 1.0))
+    assert [results[i]["status"] for i in range(4)] == ["pass", "pass", "not_run", "not_run"]
+    assert results[2]["error"] == "not run: the time budget ran out"
+
+
+def test_cells_left_by_the_budget_are_reported_not_run_never_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "report"
+    # A budget that is over before the job worker is even up: no cell starts.
+    args = ["check", "--models", "llama,bert", "--backends", "dynamo,onnx", "--budget", "0.0001", "--no-generation"]
+    result = CliRunner().invoke(main, [*args, "--report-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "report.json").read_text())
+    assert report.validate_report(data) == []
+    assert {c["status"] for c in data["cells"]} == {"not_run"}
+    assert data["summary"]["passed"] == 0 and data["summary"]["not_run"] == len(data["cells"])
+    markdown = (out / "report.md").read_text()
+    assert f"⏸️ **{len(data['cells'])} checks not run within the time budget**" in markdown
+    assert "every export passed" not in markdown and "✅" not in markdown
+    assert markdown.count("<details>") == 1 and "hfexport check --shard K/N" in markdown.replace("\\", "")
+    assert f"{len(data['cells'])} not run (budget)" in result.output
+    assert 'skipped message="not run' in (out / "junit.xml").read_text()
