@@ -90,8 +90,12 @@ def test_steps_that_use_other_actions_are_configured():
     uses = {step["uses"].split("@")[0]: step for step in STEPS if "uses" in step}
     assert set(uses) == {"actions/setup-python", "actions/cache", "actions/upload-artifact"}
     assert uses["actions/setup-python"]["with"]["python-version"] == "${{ inputs.python-version }}"
-    cache = uses["actions/cache"]["with"]
-    assert (cache["path"], cache["key"]) == ("${{ steps.pip-cache.outputs.dir }}", "${{ steps.pip-cache.outputs.key }}")
+    pip, results = (step["with"] for step in STEPS if step.get("uses", "").startswith("actions/cache@"))
+    assert (pip["path"], pip["key"]) == ("${{ steps.pip-cache.outputs.dir }}", "${{ steps.pip-cache.outputs.key }}")
+    # The result cache: the directory `check` reads through $HFEXPORT_CACHE_DIR, restored from the newest run.
+    check = next(step for step in STEPS if step.get("id") == "check")
+    assert results["path"] == check["env"]["HFEXPORT_CACHE_DIR"] == "${{ runner.temp }}/hfexport-results"
+    assert results["restore-keys"] == "${{ steps.results-cache.outputs.restore-key }}"
     upload = uses["actions/upload-artifact"]
     assert upload["if"] == "steps.check.outputs.report-path != ''"
     assert upload["with"]["path"] == "${{ runner.temp }}/hfexport-report"
@@ -241,6 +245,7 @@ def test_run_steps_execute_as_written(tmp_path):
     names = [name for name, _ in ran]
     assert names == [
         "Compute the pip cache key",
+        "Compute the result cache key",
         "Install hfexport",
         "Install the transformers checkout",
         "Run hfexport check",
@@ -249,6 +254,10 @@ def test_run_steps_execute_as_written(tmp_path):
         "Fail on new export failures",
     ]
     logs = dict(ran)
+    results_key = context["steps"]["results-cache"]["outputs"]
+    assert results_key["key"] == "hfexport-results-Linux-dynamo-1-of-1-42-1"
+    assert results_key["key"].startswith(results_key["restore-key"])
+    assert any((runner_temp / "hfexport-results").rglob("*.json")), "check wrote no result cache entry"
     key = context["steps"]["pip-cache"]["outputs"]["key"]
     assert re.fullmatch(r"hfexport-pip-Linux-py3\.11-dynamo-[0-9a-f]{16}", key)
     assert "not a transformers checkout" in logs["Install the transformers checkout"]  # a partial checkout
