@@ -11,6 +11,7 @@ from checkout_fixture import LLAMA, commit, make_checkout
 from click.testing import CliRunner
 
 from hfexport.cli import main
+from hfexport.gate import run
 from hfexport.gate.cache import ResultCache
 
 ARGS = ["check", LLAMA, "--backends", "dynamo", "--no-generation", "-j", "2"]
@@ -32,7 +33,10 @@ def test_cells_come_from_the_cache_until_a_file_they_read_changes(
     assert sorted(first) == ["LlamaForCausalLM", "LlamaModel"]
     assert all(c["status"] == "pass" and not c["cached"] for c in first.values())
 
-    again = _check(repo, cache, monkeypatch)
+    # Every cell cached: no job worker starts (no torch import, no model built).
+    with monkeypatch.context() as no_worker:
+        no_worker.setattr(run, "_start", lambda *_: pytest.fail("a job worker started for cached cells"))
+        again = _check(repo, cache, monkeypatch)
     assert all(c["cached"] for c in again.values())
     assert {k: c["max_abs_diff"] for k, c in again.items()} == {k: c["max_abs_diff"] for k, c in first.items()}
 

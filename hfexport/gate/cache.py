@@ -46,6 +46,21 @@ def code_fingerprint(package_dir: Path) -> str:
     return digest.hexdigest()
 
 
+def environment(root: Path | None, engine: str) -> dict[str, Any]:
+    """What every result of a run depends on besides the transformers files a job reads: computed by the parent
+    without importing torch, so a run whose cells are all cached starts no job worker at all."""
+    from ..exporters.utils import package_version
+    from .jobs import hfexport_dir
+
+    packages = ("torch", "transformers", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "executorch")
+    return {
+        "python": sys.version.split()[0],
+        "engine": engine,
+        "hfexport": code_fingerprint(hfexport_dir(root)),
+        "packages": {name: package_version(name) for name in packages},
+    }
+
+
 def record_opened_files() -> set[str]:
     """Start recording the files this process opens from now on (module sources and caches included)."""
     opened: set[str] = set()

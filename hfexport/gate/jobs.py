@@ -6,6 +6,7 @@ this side only speaks JSON lines with it, so ``hfexport check`` itself never imp
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -39,13 +40,25 @@ class JobOptions:
     engine: str = "hfexport"
 
 
-def _python_path(root: Path | None) -> str:
-    """hfexport importable in the worker: the revision's own copy when the repository is hfexport itself."""
-    own = str(Path(hfexport.__file__).resolve().parent.parent)
-    paths = [own, os.environ.get("PYTHONPATH", "")]
+def hfexport_dir(root: Path | None) -> Path:
+    """The hfexport package the jobs import: the revision's own copy when the repository is hfexport itself."""
     if root is not None and (root / "hfexport" / "__init__.py").is_file():
-        paths.insert(0, str(root))
-    return os.pathsep.join(p for p in paths if p)
+        return (root / "hfexport").resolve()
+    return Path(hfexport.__file__).resolve().parent
+
+
+def transformers_dir(root: Path | None) -> Path | None:
+    """The transformers package the jobs import first: a complete checkout's, else the installed one (the worker's
+    rule, see ``worker.install_checkout``), found without importing it."""
+    if root is not None and (root / "src" / "transformers" / "__init__.py").is_file():
+        return (root / "src" / "transformers").resolve()
+    spec = importlib.util.find_spec("transformers")
+    return Path(spec.origin).resolve().parent if spec and spec.origin else None
+
+
+def _python_path(root: Path | None) -> str:
+    paths = [str(hfexport_dir(root).parent), os.environ.get("PYTHONPATH", "")]
+    return os.pathsep.join(p for p in dict.fromkeys(paths) if p)
 
 
 class WorkerProcess:
@@ -72,8 +85,7 @@ class WorkerProcess:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env
             )
-        self.ready = self._receive("ready")
-        self.backend_problems: dict[str, str] = self.ready.get("backend_problems", {})
+        self.backend_problems: dict[str, str] = self._receive("ready").get("backend_problems", {})
 
     def _receive(self, op: str) -> dict[str, Any]:
         line = self.process.stdout.readline()

@@ -8,6 +8,7 @@ of the base commit, and is pre-existing when it fails there too.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import tempfile
 import time
@@ -18,8 +19,9 @@ from typing import Any
 
 from . import changes, report
 from .cache import ResultCache
+from .cache import environment as cache_environment
 from .cells import BACKENDS, FAILURE_STATUSES, Cell, in_shard
-from .jobs import JobOptions, WorkerError, WorkerProcess
+from .jobs import JobOptions, WorkerError, WorkerProcess, transformers_dir
 from .skips import skip_reason
 
 
@@ -134,16 +136,33 @@ def _job(cell: Cell, selected: changes.SelectedClass, options: CheckOptions) -> 
     }
 
 
-def _result_cache(worker: WorkerProcess, code: Path | None, options: CheckOptions) -> ResultCache | None:
+class _LazyWorker:
+    """The job worker for the code at ``code``, started on first use: a run whose cells all come from the result
+    cache imports no torch at all."""
+
+    def __init__(self, code: Path | None, options: CheckOptions):
+        self.code, self.options, self.worker = code, options, None
+
+    def get(self) -> WorkerProcess:
+        if self.worker is None:
+            self.worker = _start(self.code, self.options)
+        return self.worker
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+
+def _result_cache(code: Path | None, options: CheckOptions) -> ResultCache | None:
     if options.cache_dir is None:
         return None
-    site = Path(worker.ready["transformers_file"]).resolve().parent.parent
-    return ResultCache(options.cache_dir, worker.ready["environment"], {"checkout": code, "site": site})
+    package = transformers_dir(code)
+    roots = {"checkout": code, "site": package.parent if package else None}
+    return ResultCache(options.cache_dir, cache_environment(code, options.engine), roots)
 
 
 def _run_cells(
-    worker: WorkerProcess,
-    code: Path | None,
+    worker: _LazyWorker,
     cells: list[tuple[Cell, changes.SelectedClass]],
     options: CheckOptions,
     on_result: Callable[[Cell, dict[str, Any]], None],
@@ -153,7 +172,7 @@ def _run_cells(
 
     A cell the result cache holds for the same code is answered from it, marked ``cached``, and not run.
     """
-    cache = _result_cache(worker, code, options)
+    cache = _result_cache(worker.code, options)
     jobs = [_job(cell, selected, options) for cell, selected in cells]
     to_run = []
     for index, job in enumerate(jobs):
@@ -164,8 +183,9 @@ def _run_cells(
             to_run.append(index)
     if not to_run:
         return
-    worker.warm(sorted({cells[i][1].module for i in to_run if cells[i][1].module}))
-    for position, result in worker.run([jobs[i] for i in to_run], deadline):
+    running = worker.get()
+    running.warm(sorted({cells[i][1].module for i in to_run if cells[i][1].module}))
+    for position, result in running.run([jobs[i] for i in to_run], deadline):
         index = to_run[position]
         if cache:
             cache.put(jobs[index], result)
@@ -250,10 +270,10 @@ def run_check(
         "head": target.head_sha,
     }
     with _code_at(target, target.head) as head_code:
-        head_worker = _start(head_code, options) if selection.names or selection.classes else None
+        head_worker = _LazyWorker(head_code, options)
         try:
-            if head_worker is not None and selection.names:
-                _resolve_names(head_worker, selection, target.checkout)
+            if selection.names:
+                _resolve_names(head_worker.get(), selection, target.checkout)
             result = report.new_report(
                 options.engine,
                 options.backends,
@@ -267,10 +287,6 @@ def run_check(
                 options.shard,
                 pr,
             )
-            if head_worker is not None:
-                # Which transformers the jobs imported: the checkout's, of any version, or the installed one.
-                repository["transformers_version"] = head_worker.ready.get("transformers_version")
-                repository["transformers_path"] = head_worker.ready.get("transformers_file")
             pairs = _cells(selection, options)
             echo(f"checking {len(pairs)} cell(s): {selection.reason}")
             done = 0
@@ -291,15 +307,25 @@ def run_check(
                     echo(report.progress_line(done, total, cell))
                 else:
                     to_run.append((cell, selected))
-            if head_worker is not None and to_run:
-                _run_cells(head_worker, head_code, to_run, options, record, deadline)
+            if to_run:
+                _run_cells(head_worker, to_run, options, record, deadline)
+            repository.update(_transformers_record(head_code))
         finally:
-            if head_worker is not None:
-                head_worker.close()
+            head_worker.close()
     if target.base is not None:
         _compare_with_base(target, options, pairs, echo, deadline)
     result["cells"] = [cell.as_dict() for cell, _ in pairs]
     return report.finalize(result)
+
+
+def _transformers_record(code: Path | None) -> dict[str, Any]:
+    """Which transformers the jobs import (a checkout's, of any version, or the installed one), from its files."""
+    package = transformers_dir(code)
+    if package is None:
+        return {}
+    init = package / "__init__.py"
+    found = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", init.read_text(), re.MULTILINE)
+    return {"transformers_version": found.group(1) if found else None, "transformers_path": str(init)}
 
 
 def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[Cell, changes.SelectedClass]]:
@@ -351,7 +377,7 @@ def _compare_with_base(
         return
     echo(f"running {len(again)} cell(s) at base {target.base[:12]} to tell new failures from pre-existing ones")
     with _code_at(target, target.base) as base_code:
-        worker = _start(base_code, options)
+        worker = _LazyWorker(base_code, options)
         try:
 
             def record(cell: Cell, outcome: dict[str, Any]) -> None:
@@ -359,6 +385,6 @@ def _compare_with_base(
                 verdict = cell.regression or "unchanged"
                 echo(f"  base · {cell.model_class} · {cell.backend}: {outcome.get('status')} -> {verdict}")
 
-            _run_cells(worker, base_code, again, options, record, deadline)
+            _run_cells(worker, again, options, record, deadline)
         finally:
             worker.close()

@@ -321,21 +321,6 @@ def _preload(backends: list[str], engine: str) -> dict[str, str]:
     return problems
 
 
-def _environment(engine: str) -> dict[str, Any]:
-    """What every result of this worker depends on besides the transformers files a job reads (see ``cache.py``)."""
-    import hfexport
-    from hfexport.exporters.utils import package_version
-    from hfexport.gate.cache import code_fingerprint
-
-    packages = ("torch", "transformers", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "executorch")
-    return {
-        "python": sys.version.split()[0],
-        "engine": engine,
-        "hfexport": code_fingerprint(Path(hfexport.__file__).resolve().parent),
-        "packages": {name: package_version(name) for name in packages},
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m hfexport.gate.worker")
     parser.add_argument("--root", default="")
@@ -351,20 +336,7 @@ def main() -> None:
     os.dup2(2, 1)
     install_checkout(_root(options))
     problems = _preload(options.backends.split(","), options.engine)
-    import transformers
-
-    out.write(
-        json.dumps(
-            {
-                "op": "ready",
-                "transformers_version": transformers.__version__,
-                "transformers_file": transformers.__file__,
-                "backend_problems": problems,
-                "environment": _environment(options.engine),
-            }
-        )
-        + "\n"
-    )
+    out.write(json.dumps({"op": "ready", "backend_problems": problems}) + "\n")
     out.flush()
     Worker(options, out).loop(sys.stdin.fileno())
 
