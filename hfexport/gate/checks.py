@@ -316,6 +316,9 @@ def _check(
                 failure.step = cause.where
             raise
         cell["workarounds"] = workarounds_used(exported, type(model).__module__)
+        # Where the export's time went (torch.export, lowering, optimizing...), for the profile in the report.
+        for component in (getattr(exported, "manifest", None) or {}).get("components", {}).values():
+            timings.update({f"export · {step}": seconds for step, seconds in (component.get("timings") or {}).items()})
         with step("save", timings, "save"):
             save(exported, Path(scratch) / "export")
         with step("load", timings, "load"):
