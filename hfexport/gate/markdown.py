@@ -8,6 +8,7 @@ summary line are always kept.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
@@ -259,6 +260,30 @@ def _passing_details(cells: Iterable[Cell]) -> str | None:
     return f"{summary}\n\n{header}\n" + "\n".join(rows) + "\n\n</details>"
 
 
+def _timing_details(cells: list[Cell], backends: list[str]) -> str | None:
+    """Where the time went: seconds per step (the export's own steps under it) summed over each backend's cells."""
+    totals: dict[str, dict[str, float]] = {}
+    for cell in cells:
+        if cell.cached:
+            continue  # its time was spent in an earlier run
+        for step, seconds in (cell.timings or {}).items():
+            if isinstance(seconds, int | float) and not isinstance(seconds, bool) and math.isfinite(seconds):
+                row = totals.setdefault(str(step), {})
+                row[cell.backend] = row.get(cell.backend, 0.0) + seconds
+    if not totals:
+        return None
+    order = sorted(totals, key=lambda step: (step == "total", step.split(" · ")[0], step))
+    header = "| step | " + " | ".join(escape_inline(b, 30) for b in backends) + " |\n" + "|---" * (len(backends) + 1)
+    rows = [
+        f"| {escape_inline(step.replace('export · ', '↳ '), 60)} | "
+        + " | ".join(f"{totals[step].get(b, 0.0):.1f}" for b in backends)
+        + " |"
+        for step in order
+    ]
+    summary = "<details><summary>Where the time went (seconds, summed over each backend's checks)</summary>"
+    return f"{summary}\n\n{header}|\n" + "\n".join(rows) + "\n\n</details>"
+
+
 def _footer(report: dict[str, Any]) -> str:
     version = escape_inline(report.get("hfexport_version") or "unknown", 30)
     return f"<sub>hfexport {version} · schema {escape_inline(report.get('schema_version'), 5)}</sub>"
@@ -284,9 +309,7 @@ def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url:
     header, table_rows = _table(backends, rows)
     cells = [c for _, by_backend in rows for c in by_backend.values()]
     sections = [_cause_details(cause) for cause in group(cells)]
-    passing = _passing_details(cells)
-    if passing:
-        sections.append(passing)
+    sections += [s for s in (_passing_details(cells), _timing_details(cells, backends)) if s]
     top = f"{MARKER}\n{TITLE}\n\n{summary_line(report)}\n\n{_disabled_note(report)}{header}"
     footer = _footer(report)
 

@@ -296,8 +296,10 @@ def junit_xml(report: dict[str, Any]) -> str:
             )
             if cell.status == "skipped":
                 ET.SubElement(case, "skipped", message=cell.skip_reason or "")
-            elif cell.status in ("not_checked", "not_run"):
-                ET.SubElement(case, "skipped", message=cell.label())
+            elif cell.status == "not_checked":
+                ET.SubElement(case, "skipped", message=f"not checked: {cell.label()}")
+            elif cell.status == "not_run":
+                ET.SubElement(case, "skipped", message=cell.error or "not run")
             elif cell.status == "tool_error":
                 element = ET.SubElement(case, "error", message=cell.label(), type="hfexport tool error")
                 element.text = cell.label()
