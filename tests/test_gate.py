@@ -326,3 +326,18 @@ def test_compare_lines_up_numbers_with_runtime_tensors() -> None:
     assert checks.compare(eager, runtime, 1e-4) == (0.0, 0.0, None)
     wrong = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(7)), (4, 4))}
     assert checks.compare(eager, wrong, 1e-4)[2] == "sizes.0.1: max abs diff 1 > 0.0001"
+
+
+def test_compare_passes_nan_and_inf_only_where_eager_has_the_same() -> None:
+    import torch
+
+    nan, inf = float("nan"), float("inf")
+    eager = {"logits": torch.tensor([1.0, nan, inf, -inf])}
+    same = {"logits": torch.tensor([1.0 + 1e-6, nan, inf, -inf])}
+    assert checks.compare(eager, same, 1e-4)[2] is None  # NaN and inf where eager has them: compared elsewhere
+    for wrong in ([nan, nan, inf, -inf], [1.0, 2.0, inf, -inf], [1.0, nan, -inf, -inf], [1.0, nan, 5.0, -inf]):
+        _, _, problem = checks.compare(eager, {"logits": torch.tensor(wrong)}, 1e-4)
+        assert problem and problem.startswith("logits: "), wrong
+    all_nan = {"logits": torch.full((3,), nan)}
+    assert checks.compare({"logits": torch.zeros(3)}, all_nan, 1e-4)[2] is not None  # a NaN output never passes
+    assert checks.compare(all_nan, {"logits": torch.full((3,), nan)}, 1e-4)[2] is None  # unless eager is NaN there
