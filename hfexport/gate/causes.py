@@ -67,7 +67,7 @@ def group(cells: list[Cell]) -> list[Cause]:
 
 def hint(cell: Cell) -> str | None:
     """What to do about a failure of a common kind, in a sentence; None when the error is of no known kind."""
-    error = f"{cell.error_type}: {cell.error}"
+    error = f"{cell.error_type}: {cell.error}"[:2000]  # the first lines say the kind; bounds the regex work
     location = cell.model_location
     at = f" at {location['file']}:{location.get('line')}" if location else ""
     if match := _DATA_DEPENDENT.search(error):
@@ -96,7 +96,7 @@ def hint(cell: Cell) -> str | None:
             f"no kernel: the {cell.backend} runtime has no kernel for {named}. Decompose it into ops the runtime "
             f"has (an FX node fix in `hfexport/exporters/workarounds/{cell.backend}.py`), or avoid it in the model."
         )
-    if cell.error_type == "OutputMismatch" and (match := _OUTPUT.search(str(cell.error))):
+    if cell.error_type == "OutputMismatch" and (match := _OUTPUT.search(str(cell.error)[:2000])):
         return (
             f"wrong values: output `{match['output'].strip()}` differs from eager ({match['how'].strip()}) at the "
             f"{match['shape']} shape ({match['inputs']}). Look for randomness, in-place updates of inputs or "
