@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from . import actions
 from .gate.cells import BACKENDS, parse_shard
 
 FORMATS = BACKENDS
@@ -14,6 +15,20 @@ FORMATS = BACKENDS
 
 class UsageFailure(click.UsageError):
     """A usage mistake reported as one line with exit code 2."""
+
+    def format_message(self) -> str:
+        return actions.line(self.message)
+
+
+def _say(text: object) -> None:
+    """One line of output that can hold words from a report or an API answer."""
+    click.echo(actions.line(text))
+
+
+def _fail(message: object) -> None:
+    """The one way a command stops on an error: one inert line on stderr, exit code 2."""
+    click.echo(f"error: {actions.line(message)}", err=True)
+    sys.exit(2)
 
 
 def _format_size(path: Path) -> str:
@@ -38,7 +53,9 @@ def main(verbose: bool) -> None:
     """
     import logging
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(actions.LineFormatter("%(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
 @main.command()
@@ -181,6 +198,12 @@ def _check_registry(backend: str | None) -> None:
 @click.option("--retries", default=5, show_default=True, help="Attempts on 5xx and secondary rate limits.")
 @click.option("--backoff", default=2.0, show_default=True, help="First retry wait in seconds (doubles each time).")
 @click.option("--request-interval", default=0.25, show_default=True, help="Seconds between API calls (writes: 4x).")
+@click.option(
+    "--write-settle",
+    default=15.0,
+    show_default=True,
+    help="After a post whose outcome is unknown (5xx), seconds to look for it before posting again.",
+)
 def comment(
     report: Path,
     repo: str | None,
@@ -193,6 +216,7 @@ def comment(
     retries: int,
     backoff: float,
     request_interval: float,
+    write_settle: float,
 ) -> None:
     """Post REPORT (report.json from `hfexport check`, or its directory) to the PR as one sticky comment.
 
@@ -224,16 +248,11 @@ def comment(
             attempts=retries,
             backoff=backoff,
             request_interval=request_interval,
+            settle=write_settle,
         )
     except (CommentError, ReportError) as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(2)
-    click.echo(f"{outcome.message}: {outcome.url}" if outcome.url else outcome.message)
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
+        _fail(error)
+    _say(f"{outcome.message}: {outcome.url}" if outcome.url else outcome.message)
 
 
 def _shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, int]:
@@ -313,8 +332,9 @@ def check(
         result = run_check(target, options, echo=click.echo, pr=pr_context(os.environ))
     except GateError as error:
         _fail(str(error))
-    click.echo(gate_report.terminal_table(result))
-    if os.environ.get("GITHUB_ACTIONS") == "true":
+    with actions.verbatim(click.echo):
+        click.echo(gate_report.terminal_table(result))
+    if actions.in_actions():
         for line in gate_report.github_annotations(result):
             click.echo(line)
     if report_dir is not None:
@@ -335,7 +355,8 @@ def merge(reports: tuple[Path, ...], report_dir: Path) -> None:
         merged = gate_report.merge_reports(loaded)
     except (ValueError, OSError) as error:
         _fail(str(error))
-    click.echo(gate_report.terminal_table(merged))
+    with actions.verbatim(click.echo):
+        click.echo(gate_report.terminal_table(merged))
     gate_report.write_reports(merged, report_dir)
     sys.exit(merged["exit_code"])
 
