@@ -65,8 +65,10 @@ class Selection:
 _HOOK_GIT_VARIABLES = frozenset({"GIT_INDEX_FILE", "GIT_DIR", "GIT_WORK_TREE", "GIT_PREFIX"})
 
 
-def git(root: Path, *args: str) -> str:
+def git(root: Path, *args: str, index_file: Path | None = None) -> str:
     env = {name: value for name, value in os.environ.items() if name not in _HOOK_GIT_VARIABLES}
+    if index_file is not None:  # an index of hfexport's own, so the repository's own index is never touched
+        env["GIT_INDEX_FILE"] = str(index_file)
     result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=env)
     if result.returncode != 0:
         message = (result.stderr.strip().splitlines() or ["git failed"])[-1]
