@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -40,7 +41,19 @@ def _format_size(path: Path) -> str:
     return f"{size} B"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group; output cut short by its reader (``hfexport registry | head``) is a normal end, exit 0."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader is gone: send what is still buffered nowhere, so flushing at exit cannot fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hfexport")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the exporters do (patches installed, fixes applied).")
 def main(verbose: bool) -> None:
@@ -99,10 +112,13 @@ def export(
     if dynamic_upper_bound is not None and (export_format != "executorch" or not dynamic):
         raise UsageFailure("--dynamic-upper-bound only applies to --format executorch with --dynamic")
 
+    source = Path(model)
+    if not source.is_dir():
+        _check_model_name(model, source)
+    _quiet_libraries()
     from .exporters import AutoExportConfig, AutoHfExporter
     from .tiny_models import UnknownModelError, load_local_model, sample_inputs, tiny_model
 
-    source = Path(model)
     try:
         loaded = load_local_model(source) if source.is_dir() else tiny_model(model, seed=seed)
     except (UnknownModelError, FileNotFoundError, ValueError) as error:
@@ -123,6 +139,42 @@ def export(
         exported = exporter.export(loaded, inputs, config)
     exported.save_pretrained(target)
     click.echo(f"saved {target} ({_format_size(target)}): {', '.join(sorted(exported.manifest['files']))}")
+
+
+# Packages whose warnings are about themselves (torchao's optional kernels, torch's pytree notes, ONNX registration of
+# ops of packages not installed): shown with -v only.
+_LIBRARIES = ("torch", "torchao", "executorch", "onnx", "onnxscript", "onnx_ir", "onnxruntime", "transformers")
+
+
+def _quiet_libraries() -> None:
+    """Other packages' warnings only with -v (their log records below ERROR, deprecation warnings). Set once torch
+    and transformers are imported: importing them resets their loggers' levels."""
+    import logging
+    import warnings
+
+    if click.get_current_context().find_root().params.get("verbose"):
+        return
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    for name in _LIBRARIES:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Deprecation notes are for those packages' callers (torch's own pytree among them), not for this command's user.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def _check_model_name(model: str, source: Path) -> None:
+    """Before torch is imported (seconds): a path that is no directory, or a name transformers does not define."""
+    from .gate.changes import SelectionError, check_model_names
+
+    if source.exists() or "/" in model or os.sep in model or model.startswith((".", "~")):
+        what = "not a directory" if source.exists() else "no such directory"
+        raise UsageFailure(f"{model}: {what} (MODEL is a save_pretrained directory, or a model type or class)")
+    try:
+        check_model_names([model], None)  # the installed transformers: the one the export imports
+    except SelectionError as error:
+        raise UsageFailure(str(error)) from None
 
 
 @main.command()
@@ -147,6 +199,7 @@ def registry(backend: str | None, check: bool, checkout: Path | None) -> None:
     from .gate.worker import install_checkout
 
     install_checkout(checkout or find_checkout(Path.cwd()))
+    _quiet_libraries()
     from .exporters.backends import import_backend_modules
     from .exporters.registry import all_workarounds
 
@@ -226,8 +279,6 @@ def comment(
     Elsewhere:
       GH_TOKEN=... hfexport comment report.json --repo huggingface/transformers --pr 123
     """
-    import os
-
     from .gate.report import ReportError, load_report
     from .github.comment import CommentError, post_report, resolve_target
 
@@ -317,8 +368,6 @@ def check(
       hfexport check src/transformers/models/llama/modeling_llama.py
       hfexport check --models llama,bert,vit --backends dynamo,onnx -j 2 --report-dir out
     """
-    import os
-
     from .gate import report as gate_report
     from .gate.run import CheckOptions, GateError, run_check, target_for
     from .github.event import pr_context

@@ -69,6 +69,7 @@ def target_for(
         if models or select_all:
             # "representative" stands for the built-in set used when shared code changes.
             names = [n for m in models for n in (changes.REPRESENTATIVE_NAMES if m == "representative" else [m])]
+            changes.check_model_names(names, changes.find_checkout(cwd))
             selection = changes.Selection(mode="all" if select_all else "models", names=names)
             selection.representative = "representative" in models
             selection.reason = "--all" if select_all else f"--models {','.join(models)}"
