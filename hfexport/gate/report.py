@@ -218,7 +218,7 @@ def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> No
     if _check_type(errors, f"{where}.disabled", cell.get("disabled"), (dict,), nullable=True) and cell.get("disabled"):
         for name, feature in cell["disabled"].items():
             _check_text(errors, f"{where}.disabled[{_shown(name)}]", feature)
-    if cell["status"] in FAILURE_STATUSES | NOT_A_RESULT and not cell["error"]:
+    if cell["status"] in STATUSES and cell["status"] in FAILURE_STATUSES | NOT_A_RESULT and not cell["error"]:
         errors.append(f"{where}: a {cell['status']} cell needs an error")
 
 
@@ -226,17 +226,18 @@ def _validate_cells(errors: list[str], data: dict[str, Any], version: int) -> No
     cells = data.get("cells")
     if not _check_type(errors, "cells", cells, (list,)):
         return
-    backends = set(data["backends"]) if isinstance(data.get("backends"), list) else set()
-    seen: set[tuple[Any, Any]] = set()
+    listed = data.get("backends") if isinstance(data.get("backends"), list) else []
+    backends = {b for b in listed if isinstance(b, str)}
+    seen: set[tuple[str, str]] = set()
     for index, cell in enumerate(cells):
         _validate_cell(errors, f"cells[{index}]", cell, version)
         if len(errors) > 20:
             return
-        if not isinstance(cell, dict):
-            continue
-        if cell.get("backend") not in backends:
-            errors.append(f"cells[{index}].backend: {_shown(cell.get('backend'))} is not in backends")
-        key = (cell.get("model_class"), cell.get("backend"))
+        if errors or not isinstance(cell, dict):
+            continue  # the names are checked to be strings first
+        if cell["backend"] not in backends:
+            errors.append(f"cells[{index}].backend: {_shown(cell['backend'])} is not in backends")
+        key = (cell["model_class"], cell["backend"])
         if key in seen:
             errors.append(f"cells[{index}]: a second cell for {_shown(key[0])} on {_shown(key[1])}")
         seen.add(key)
@@ -281,7 +282,7 @@ def validate_report(data: Any) -> list[str]:
             errors.append(f"backends: {len(data['backends'])} of them, at most {MAX_BACKENDS}")
         for index, backend in enumerate(data["backends"]):
             _check_text(errors, f"backends[{index}]", backend, MAX_NAME)
-        if len(set(map(str, data["backends"]))) != len(data["backends"]):
+        if len(set(map(repr, data["backends"]))) != len(data["backends"]):
             errors.append("backends: a backend is listed twice")
     selection = data.get("selection")
     if isinstance(selection, dict):
