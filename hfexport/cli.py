@@ -378,7 +378,7 @@ def check(
     options = CheckOptions(backends, jobs, timeout, memory_limit, engine, generation, shard, report_fixed)
     try:
         target = target_for(Path.cwd(), [str(f) for f in files], names, select_all, base, head)
-        result = run_check(target, options, echo=click.echo, pr=pr_context(os.environ))
+        result = run_check(target, options, echo=_say, pr=pr_context(os.environ))
     except GateError as error:
         _fail(str(error))
     with actions.verbatim(click.echo):
