@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import click
 
+from . import actions
 from .gate.cells import BACKENDS, parse_shard
 
 FORMATS = BACKENDS
@@ -14,6 +16,20 @@ FORMATS = BACKENDS
 
 class UsageFailure(click.UsageError):
     """A usage mistake reported as one line with exit code 2."""
+
+    def format_message(self) -> str:
+        return actions.line(self.message)
+
+
+def _say(text: object) -> None:
+    """One line of output that can hold words from a report or an API answer."""
+    click.echo(actions.line(text))
+
+
+def _fail(message: object) -> None:
+    """The one way a command stops on an error: one inert line on stderr, exit code 2."""
+    click.echo(f"error: {actions.line(message)}", err=True)
+    sys.exit(2)
 
 
 def _format_size(path: Path) -> str:
@@ -25,7 +41,19 @@ def _format_size(path: Path) -> str:
     return f"{size} B"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group; output cut short by its reader (``hfexport registry | head``) is a normal end, exit 0."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader is gone: send what is still buffered nowhere, so flushing at exit cannot fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hfexport")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the exporters do (patches installed, fixes applied).")
 def main(verbose: bool) -> None:
@@ -38,7 +66,9 @@ def main(verbose: bool) -> None:
     """
     import logging
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(actions.LineFormatter("%(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
 @main.command()
@@ -83,10 +113,13 @@ def export(
     if dynamic_upper_bound is not None and (export_format != "executorch" or not dynamic):
         raise UsageFailure("--dynamic-upper-bound only applies to --format executorch with --dynamic")
 
+    source = Path(model)
+    if not source.is_dir():
+        _check_model_name(model, source)
+    _quiet_libraries()
     from .exporters import AutoExportConfig, AutoHfExporter
     from .tiny_models import UnknownModelError, load_local_model, sample_inputs, tiny_model
 
-    source = Path(model)
     try:
         loaded = load_local_model(source) if source.is_dir() else tiny_model(model, seed=seed)
     except (UnknownModelError, FileNotFoundError, ValueError) as error:
@@ -107,6 +140,42 @@ def export(
         exported = exporter.export(loaded, inputs, config)
     exported.save_pretrained(target)
     click.echo(f"saved {target} ({_format_size(target)}): {', '.join(sorted(exported.manifest['files']))}")
+
+
+# Packages whose warnings are about themselves (torchao's optional kernels, torch's pytree notes, ONNX registration of
+# ops of packages not installed): shown with -v only.
+_LIBRARIES = ("torch", "torchao", "executorch", "onnx", "onnxscript", "onnx_ir", "onnxruntime", "transformers")
+
+
+def _quiet_libraries() -> None:
+    """Other packages' warnings only with -v (their log records below ERROR, deprecation warnings). Set once torch
+    and transformers are imported: importing them resets their loggers' levels."""
+    import logging
+    import warnings
+
+    if click.get_current_context().find_root().params.get("verbose"):
+        return
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    for name in _LIBRARIES:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Deprecation notes are for those packages' callers (torch's own pytree among them), not for this command's user.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def _check_model_name(model: str, source: Path) -> None:
+    """Before torch is imported (seconds): a path that is no directory, or a name transformers does not define."""
+    from .gate.changes import SelectionError, check_model_names
+
+    if source.exists() or "/" in model or os.sep in model or model.startswith((".", "~")):
+        what = "not a directory" if source.exists() else "no such directory"
+        raise UsageFailure(f"{model}: {what} (MODEL is a save_pretrained directory, or a model type or class)")
+    try:
+        check_model_names([model], None)  # the installed transformers: the one the export imports
+    except SelectionError as error:
+        raise UsageFailure(str(error)) from None
 
 
 @main.command()
@@ -131,6 +200,7 @@ def registry(backend: str | None, check: bool, checkout: Path | None) -> None:
     from .gate.worker import install_checkout
 
     install_checkout(checkout or find_checkout(Path.cwd()))
+    _quiet_libraries()
     from .exporters.backends import import_backend_modules
     from .exporters.registry import all_workarounds
 
@@ -182,6 +252,12 @@ def _check_registry(backend: str | None) -> None:
 @click.option("--retries", default=5, show_default=True, help="Attempts on 5xx and secondary rate limits.")
 @click.option("--backoff", default=2.0, show_default=True, help="First retry wait in seconds (doubles each time).")
 @click.option("--request-interval", default=0.25, show_default=True, help="Seconds between API calls (writes: 4x).")
+@click.option(
+    "--write-settle",
+    default=15.0,
+    show_default=True,
+    help="After a post whose outcome is unknown (5xx), seconds to look for it before posting again.",
+)
 def comment(
     report: Path,
     repo: str | None,
@@ -194,6 +270,7 @@ def comment(
     retries: int,
     backoff: float,
     request_interval: float,
+    write_settle: float,
 ) -> None:
     """Post REPORT (report.json from `hfexport check`, or its directory) to the PR as one sticky comment.
 
@@ -203,8 +280,6 @@ def comment(
     Elsewhere:
       GH_TOKEN=... hfexport comment report.json --repo huggingface/transformers --pr 123
     """
-    import os
-
     from .gate.report import ReportError, load_report
     from .github.comment import CommentError, post_report, resolve_target
 
@@ -225,16 +300,11 @@ def comment(
             attempts=retries,
             backoff=backoff,
             request_interval=request_interval,
+            settle=write_settle,
         )
     except (CommentError, ReportError) as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(2)
-    click.echo(f"{outcome.message}: {outcome.url}" if outcome.url else outcome.message)
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
+        _fail(error)
+    _say(f"{outcome.message}: {outcome.url}" if outcome.url else outcome.message)
 
 
 def _shard(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, int]:
@@ -316,8 +386,6 @@ def check(
       hfexport check src/transformers/models/llama/modeling_llama.py
       hfexport check --models llama,bert,vit --backends dynamo,onnx -j 2 --report-dir out
     """
-    import os
-
     from .gate import report as gate_report
     from .gate.cache import default_cache_dir
     from .gate.run import CheckOptions, GateError, run_check, target_for
@@ -334,11 +402,12 @@ def check(
     )
     try:
         target = target_for(Path.cwd(), [str(f) for f in files], names, select_all, base, head)
-        result = run_check(target, options, echo=click.echo, pr=pr_context(os.environ))
+        result = run_check(target, options, echo=_say, pr=pr_context(os.environ))
     except GateError as error:
         _fail(str(error))
-    click.echo(gate_report.terminal_table(result))
-    if os.environ.get("GITHUB_ACTIONS") == "true":
+    with actions.verbatim(click.echo):
+        click.echo(gate_report.terminal_table(result))
+    if actions.in_actions():
         for line in gate_report.github_annotations(result):
             click.echo(line)
     if report_dir is not None:
@@ -359,7 +428,8 @@ def merge(reports: tuple[Path, ...], report_dir: Path) -> None:
         merged = gate_report.merge_reports(loaded)
     except (ValueError, OSError) as error:
         _fail(str(error))
-    click.echo(gate_report.terminal_table(merged))
+    with actions.verbatim(click.echo):
+        click.echo(gate_report.terminal_table(merged))
     gate_report.write_reports(merged, report_dir)
     sys.exit(merged["exit_code"])
 

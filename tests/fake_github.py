@@ -1,9 +1,10 @@
 """A small GitHub REST server on 127.0.0.1 for tests: the endpoints PyGithub calls to post a PR comment.
 
-Served under ``/api/v3`` like GitHub Enterprise, so a client only works if it honours the API URL it is given.
-Tokens map to a login and a write permission (a read-only token answers 403 on writes, like a fork PR's
-GITHUB_TOKEN, and 403 on GET /user, like any GITHUB_TOKEN). Failures can be scripted per request; every
-request is recorded.
+Served under ``/api/v3`` like GitHub Enterprise (GraphQL at ``/api/graphql``), so a client only works if it honours
+the API URL it is given. Tokens map to a login and a write permission (a read-only token answers 403 on writes, like
+a fork PR's GITHUB_TOKEN). An app installation's token (GITHUB_TOKEN, a GitHub App's) answers 403 on GET /user and
+is named by GraphQL's ``viewer`` by its slug, while its comments are by ``<slug>[bot]``. Failures can be scripted
+per request, including a write GitHub stores only seconds after answering it; every request is recorded.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Failure:
     headers: dict[str, str] = field(default_factory=dict)
     times: int = 1
     store_anyway: bool = False  # handle the request, then answer the failure (a write GitHub stored before a 502)
+    store_after: float | None = None  # answer the failure now, handle the request this many seconds later
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Identity:
     login: str
     can_write: bool = True
     has_user_endpoint: bool = True  # False for GITHUB_TOKEN: GET /user is "Resource not accessible by integration"
+    has_viewer: bool = True  # False: GraphQL viewer refused too
 
 
 class FakeGitHub:
@@ -72,8 +75,10 @@ class FakeGitHub:
         self._server.server_close()
         self._thread.join()
 
-    def add_token(self, token: str, login: str, *, can_write: bool = True, has_user_endpoint: bool = True) -> None:
-        self.identities[token] = Identity(login, can_write, has_user_endpoint)
+    def add_token(
+        self, token: str, login: str, *, can_write: bool = True, has_user_endpoint: bool = True, has_viewer: bool = True
+    ) -> None:
+        self.identities[token] = Identity(login, can_write, has_user_endpoint, has_viewer)
 
     def fail(
         self,
@@ -83,10 +88,12 @@ class FakeGitHub:
         message: str,
         times: int = 1,
         store_anyway: bool = False,
+        store_after: float | None = None,
         **headers: str,
     ) -> None:
         """Answer the next ``times`` requests matching ``method`` and the path regex with ``status``."""
-        self.failures.append(Failure(method, pattern, status, message, dict(headers), times, store_anyway))
+        failure = Failure(method, pattern, status, message, dict(headers), times, store_anyway, store_after)
+        self.failures.append(failure)
 
     def add_comment(self, login: str, body: str) -> dict[str, Any]:
         with self._lock:
@@ -150,6 +157,8 @@ class FakeGitHub:
             if not identity.has_user_endpoint:
                 return 403, {"message": "Resource not accessible by integration"}
             return 200, {"login": identity.login, "id": 9, "type": "User"}
+        if method == "POST" and path == "/api/graphql":
+            return 200, self._graphql(identity, body)
         if method == "GET" and path == repo:
             return 200, self._repo_json()
         if method == "GET" and path == f"{repo}/pulls/{self.pr_number}":
@@ -170,6 +179,26 @@ class FakeGitHub:
                     comment["updated_at"] = "2026-01-02T00:00:00Z"
                     return 200, comment
         return 404, {"message": "Not Found"}
+
+    @staticmethod
+    def _graphql(identity: Identity, body: Any) -> dict[str, Any]:
+        if "viewer" not in str((body or {}).get("query")):
+            return {"errors": [{"type": "INTERNAL", "message": "this fake answers only viewer"}]}
+        if not identity.has_viewer:
+            return {
+                "data": None,
+                "errors": [{"type": "FORBIDDEN", "message": "Resource not accessible by integration"}],
+            }
+        return {"data": {"viewer": {"login": identity.login.removesuffix("[bot]")}}}
+
+    def _later(self, delay: float, method: str, path: str, identity: Identity, body: Any) -> None:
+        def store() -> None:
+            with self._lock:
+                self._route(method, path, identity, body)
+
+        timer = threading.Timer(delay, store)
+        timer.daemon = True
+        timer.start()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -198,10 +227,14 @@ class FakeGitHub:
                     failure = fake._scripted_failure(self.command, path)
                     scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
                     identity = fake.identities.get(token)
-                    if failure is not None and not failure.store_anyway:
+                    stored = failure is not None and (failure.store_anyway or failure.store_after is not None)
+                    if failure is not None and not stored:
                         return self._answer(failure.status, {"message": failure.message}, failure.headers)
                     if scheme.lower() not in ("token", "bearer") or identity is None:
                         return self._answer(401, {"message": "Bad credentials"})
+                    if failure is not None and failure.store_after is not None:
+                        fake._later(failure.store_after, self.command, path, identity, body)
+                        return self._answer(failure.status, {"message": failure.message}, failure.headers)
                     status, payload = fake._route(self.command, path, identity, body)
                 if failure is not None:
                     return self._answer(failure.status, {"message": failure.message}, failure.headers)

@@ -276,3 +276,108 @@ def test_run_steps_execute_as_written(tmp_path):
     assert "created comment on PR #7" in logs["Comment on the pull request"]
     for _, log in ran:
         assert TOKEN not in log
+
+
+# ── The README's workflows ──
+
+
+def readme_workflows() -> list[dict[str, Any]]:
+    """Every workflow the README shows (PyYAML reads their key ``on`` as True)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return [w for w in map(yaml.safe_load, blocks) if isinstance(w, dict) and "jobs" in w]
+
+
+def test_every_readme_workflow_serializes_runs_and_leaves_no_token_on_disk():
+    workflows = readme_workflows()
+    assert len(workflows) == 3
+    for workflow in workflows:
+        name = f"{workflow['name']} on {workflow[True]}"
+        assert workflow.get("concurrency", {}).get("group"), f"{name}: overlapping runs can both post"
+        for job in workflow["jobs"].values():
+            for step in job["steps"]:
+                if step.get("uses", "").startswith("actions/checkout@"):
+                    assert step["with"].get("persist-credentials") is False, f"{name}: the token stays in .git/config"
+
+
+def _closure(*names: str) -> set[str]:
+    """The distributions ``names`` need, read from what is installed here (with PyJWT's crypto extra)."""
+    from importlib import metadata
+
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
+
+    found: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        key = name.lower().replace("_", "-")
+        if key in found:
+            continue
+        found.add(key)
+        for line in metadata.distribution(name).requires or []:
+            requirement = Requirement(line)
+            marker = requirement.marker or Marker("python_version >= '0'")
+            if marker.evaluate({"extra": "crypto"}) or marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return found
+
+
+def test_the_trusted_comment_job_installs_only_pinned_wheels_and_runs_hfexport_s_own_code():
+    (workflow,) = [w for w in readme_workflows() if "workflow_run" in w[True]]
+    (job,) = workflow["jobs"].values()
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["repository"] == "hf/export-check"  # never the PR's code
+    runs = [s["run"] for s in job["steps"] if "run" in s]
+    install = next(r for r in runs if "pip install" in r).split()
+    assert {"--no-deps", "--only-binary=:all:", "-c", "hfexport-src/constraints.txt"} <= set(install)
+    named = {w.lower().replace("_", "-") for w in install[install.index("hfexport-src/constraints.txt") + 1 :]}
+    pins = {
+        name.lower().replace("_", "-"): version
+        for name, _, version in (
+            line.partition("==") for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line
+        )
+    }
+    assert named == _closure("click", "PyGithub"), "the job must name every package `hfexport comment` needs"
+    assert named <= set(pins), f"unpinned: {sorted(named - set(pins))}"
+    run = next(s for s in job["steps"] if "hfexport" in s.get("run", "") and "comment" in s["run"])
+    assert run["env"]["PYTHONPATH"] == "hfexport-src"
+
+
+def test_outputs_with_a_line_break_are_refused(tmp_path):
+    # A shard input carrying a newline would have written an output line of its own (report-path=/etc/passwd).
+    step = next(s for s in STEPS if s["name"] == "Run hfexport check")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "hfexport").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m hfexport.cli "$@"\n')
+    (bin_dir / "hfexport").chmod(0o755)
+    output = tmp_path / "output"
+    output.touch()
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "GITHUB_WORKSPACE": str(tmp_path),
+        "GITHUB_OUTPUT": str(output),
+        "BACKENDS": "dynamo",
+        "SHARD": "1/1\nreport-path=/etc/passwd",
+        "REPORT_DIR": str(tmp_path / "report"),
+    }
+    result = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "output artifact-name: the value has a line break" in result.stderr
+    assert output.read_text().splitlines() == ["exit-code=2"]
+
+
+def test_readme_installs_select_the_cpu_wheels_the_action_uses_and_name_the_report_dir():
+    readme = (ROOT / "README.md").read_text()
+    index = ACTION["inputs"]["torch-index-url"]["default"]
+    commands = [line for block in re.findall(r"```bash\n(.*?)```", readme, re.S) for line in block.splitlines()]
+    installs = [line for line in commands if "pip install" in line and "constraints.txt" in line]
+    assert len(installs) == 2 and all(f"--extra-index-url {index}" in line for line in installs), installs
+    first_run = next(line for line in commands if line.startswith("hfexport check"))
+    assert "--report-dir" in first_run  # where report.json, report.md and junit.xml are written

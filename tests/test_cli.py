@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 from click.testing import CliRunner
 
@@ -62,3 +64,41 @@ def test_bad_format_is_a_usage_error():
     result = CliRunner().invoke(main, ["export", "llama", "--format", "tflite"])
     assert result.exit_code == 2
     assert "tflite" in result.output
+
+
+def _hfexport(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hfexport.cli", *args], capture_output=True, text=True, timeout=300, **kwargs
+    )
+
+
+def test_registry_cut_short_by_its_reader_exits_0_and_prints_no_library_warnings():
+    # `hfexport registry | head`: the reader is gone before the first line is written.
+    read, write = os.pipe()
+    os.close(read)
+    result = subprocess.run(
+        [sys.executable, "-m", "hfexport.cli", "registry"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=300
+    )
+    os.close(write)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no torchao .so notes, no torch pytree notes, no traceback
+
+
+def test_export_prints_no_library_warnings(tmp_path):
+    result = _hfexport("export", "bert", "--format", "onnx", "-o", str(tmp_path / "bert-onnx"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # torch.onnx's "torchvision is not installed", deprecation notes: only with -v
+    assert "saved" in result.stdout
+
+
+def test_a_missing_directory_and_unknown_names_are_said_at_once():
+    start = time.perf_counter()
+    missing = _hfexport("export", "/nonexistent")
+    assert missing.returncode == 2 and "/nonexistent: no such directory" in missing.stderr
+    unknown = _hfexport("check", "--models", "nosuchmodel")
+    assert unknown.returncode == 2 and "unknown model type or class 'nosuchmodel'" in unknown.stderr
+    assert "did you mean" not in unknown.stderr  # nothing close: no unrelated names
+    typo = _hfexport("export", "lamma")
+    assert typo.returncode == 2 and "'lamma' (did you mean llama?)" in typo.stderr
+    assert time.perf_counter() - start < 15  # three commands, none imports torch (was 8-10 s each)
+    assert "Traceback" not in missing.stderr + unknown.stderr + typo.stderr

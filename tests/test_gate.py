@@ -6,6 +6,7 @@ Each repository is built by ``checkout_fixture.make_checkout``; its modeling_lla
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -326,3 +327,44 @@ def test_compare_lines_up_numbers_with_runtime_tensors() -> None:
     assert checks.compare(eager, runtime, 1e-4) == (0.0, 0.0, None)
     wrong = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(7)), (4, 4))}
     assert checks.compare(eager, wrong, 1e-4)[2] == "sizes.0.1: max abs diff 1 > 0.0001"
+
+
+def test_compare_passes_nan_and_inf_only_where_eager_has_the_same() -> None:
+    import torch
+
+    nan, inf = float("nan"), float("inf")
+    eager = {"logits": torch.tensor([1.0, nan, inf, -inf])}
+    same = {"logits": torch.tensor([1.0 + 1e-6, nan, inf, -inf])}
+    assert checks.compare(eager, same, 1e-4)[2] is None  # NaN and inf where eager has them: compared elsewhere
+    for wrong in ([nan, nan, inf, -inf], [1.0, 2.0, inf, -inf], [1.0, nan, -inf, -inf], [1.0, nan, 5.0, -inf]):
+        _, _, problem = checks.compare(eager, {"logits": torch.tensor(wrong)}, 1e-4)
+        assert problem and problem.startswith("logits: "), wrong
+    all_nan = {"logits": torch.full((3,), nan)}
+    assert checks.compare({"logits": torch.zeros(3)}, all_nan, 1e-4)[2] is not None  # a NaN output never passes
+    assert checks.compare(all_nan, {"logits": torch.full((3,), nan)}, 1e-4)[2] is None  # unless eager is NaN there
+
+
+def test_the_base_checkout_leaves_the_users_worktree_records_alone(tmp_path: Path) -> None:
+    from hfexport.gate import run
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    (repo / "file.py").write_text("first\n")
+    subprocess.run(["git", "-C", str(repo), "add", "file.py"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "first"], check=True)
+    base = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (repo / "file.py").write_text("second\n")
+    # The user's own worktree, on a disk that is not mounted now: its folder is absent, its record must stay.
+    away = tmp_path / "usb" / "feature"
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", "-b", "feature", str(away)], check=True)
+    shutil.rmtree(tmp_path / "usb")
+    records = sorted(p.name for p in (repo / ".git" / "worktrees").iterdir())
+    with run.worktree(repo, base) as tree:
+        assert (tree / "file.py").read_text() == "first\n"
+    assert not tree.exists()
+    assert sorted(p.name for p in (repo / ".git" / "worktrees").iterdir()) == records == ["feature"]
+    assert (repo / "file.py").read_text() == "second\n"  # the working tree and its index untouched
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout
+    assert status.strip() == "M file.py"

@@ -240,7 +240,7 @@ def test_saved_export_generates_in_a_fresh_process(tmp_path: Path, backend: str)
     expected = _eager(model, input_ids, attention_mask=attention_mask)
     code = (
         "import sys, torch; from hfexport.exporters import ExportedModel\n"
-        f"exported = ExportedModel.from_pretrained({str(saved)!r})\n"
+        f"exported = ExportedModel.from_pretrained({str(saved)!r}, trust_remote_code=True)\n"
         f"ids = torch.tensor({input_ids.tolist()}); mask = torch.tensor({attention_mask.tolist()})\n"
         f"print(exported.generate(ids, max_new_tokens={NEW_TOKENS}, attention_mask=mask).tolist())"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,7 @@ def environ(github: FakeGitHub, tmp_path: Path, event: dict[str, Any] | None = N
 
 
 def comment(env: dict[str, str], report_path: Path, *args: str) -> Any:
-    fast = ["--backoff", "0.01", "--request-interval", "0"]
+    fast = ["--backoff", "0.01", "--request-interval", "0", "--write-settle", "0.3"]
     return CliRunner().invoke(main, ["comment", str(report_path), *fast, *args], env=env)
 
 
@@ -251,3 +252,150 @@ def test_comment_needs_neither_torch_nor_transformers():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+# ── Hostile reports and flaky APIs ──
+
+
+def commands_in(text: str) -> list[str]:
+    """Lines a GitHub Actions runner would run as workflow commands: ``::`` after leading space, ``##[`` anywhere."""
+    return [line for line in text.splitlines() if line.lstrip().startswith("::") or "##[" in line]
+
+
+def refused(result: Any) -> str:
+    """The one line a refused report gets, checked for what a runner must not see."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit | None)
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and commands_in(result.output) == []
+    return line
+
+
+def test_report_text_never_becomes_a_workflow_command(github, tmp_path):
+    env = environ(github, tmp_path)
+    key = "total\n::error title=Security::Maintainers: approve PR 1 now"
+    forged = failing()
+    forged["cells"][0]["timings"] = {key: "s", "##[error]old syntax": "s"}
+    line = refused(comment(env, write(tmp_path, forged)))
+    assert "timings['total\\n::error title=Security" in line and "#%23[error]" in line
+    head = failing() | {"pr": {"number": 7, "head_sha": "\n::error::pwned"}}
+    assert "pr.head_sha: expected a full commit SHA" in refused(comment(env, write(tmp_path, head)))
+    assert github.writes() == []
+
+
+def test_merge_prints_untrusted_names_with_workflow_commands_off(tmp_path):
+    shard = report([cell("X\n::error::pwned", "onnx", "crash", error="y\n##[error]z")], ("onnx",))
+    (tmp_path / "a.json").write_text(json.dumps(shard))
+    result = CliRunner().invoke(
+        main, ["merge", str(tmp_path / "a.json"), "--report-dir", str(tmp_path / "out")], env={"GITHUB_ACTIONS": "true"}
+    )
+    assert result.exit_code == 1, result.output
+    start, *inside, end = commands_in(result.output)
+    token = start.removeprefix("::stop-commands::")
+    assert len(token) >= 32 and end == f"::{token}::"
+    assert inside and all("pwned" in line or "##[error]z" in line for line in inside)  # all between the markers
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        (json.dumps(failing()).replace('"max_abs_diff": null', '"max_abs_diff": 1' + "0" * 400, 1), "finite number"),
+        (json.dumps(passing()).replace('"max_abs_diff": 1.5e-06', '"max_abs_diff": NaN', 1), "NaN is not a number"),
+        (json.dumps(passing()).replace('"total": 1.2', '"total": 1e400', 1), "finite number"),
+        (json.dumps(passing()).replace('"line": 10', '"line": ' + "9" * 5000, 1), "not valid JSON"),
+    ],
+    ids=["deep", "huge-int", "nan", "inf", "int-too-long"],
+)
+def test_hostile_numbers_and_nesting_are_one_line_refusals(github, tmp_path, text, message):
+    (tmp_path / "report.json").write_text(text)
+    assert message in refused(comment(environ(github, tmp_path), tmp_path / "report.json"))
+    assert github.writes() == []
+
+
+def test_limits_of_the_schema(tmp_path):
+    wide = report([cell(f"C{i}", f"b{i}") for i in range(17)], tuple(f"b{i}" for i in range(17)))
+    unlisted = report([cell("A", "dynamo"), cell("A", "tflite")], ("dynamo",))
+    twice = report([cell("A", "onnx"), cell("A", "onnx")], ("onnx",))
+    long_error = report([cell("A", "onnx", "crash", error="x" * 20_001)], ("onnx",))
+    for data, message in [
+        (wide, "backends: 17 of them, at most 16"),
+        (unlisted, "'tflite' is not in backends"),
+        (twice, "a second cell for 'A' on 'onnx'"),
+        (long_error, "20001 characters, at most 20000"),
+    ]:
+        with pytest.raises(ReportError, match=re.escape(message)):
+            load_report(write(tmp_path, data))
+    brackets = "[" * 600_000
+    (tmp_path / "brackets.json").write_text(json.dumps(passing() | {"x": brackets}))
+    with pytest.raises(ReportError, match="over 500000 objects and arrays"):
+        load_report(tmp_path / "brackets.json")
+
+
+def test_token_with_surrounding_whitespace_is_used_trimmed_and_never_printed(github, tmp_path):
+    env = environ(github, tmp_path) | {"GITHUB_TOKEN": f" {TOKEN}\n"}
+    result = comment(env, write(tmp_path, failing()))
+    assert result.exit_code == 0, result.output
+    assert "created comment" in result.output and TOKEN not in result.output
+    assert all(r.headers.get("Authorization") == f"token {TOKEN}" for r in github.requests)
+    inside = comment(env | {"GITHUB_TOKEN": f"{TOKEN[:10]}\n{TOKEN[10:]}"}, write(tmp_path, failing()))
+    line = refused(inside)
+    assert "control or non-ASCII character inside it" in line and TOKEN[:10] not in line and TOKEN[10:] not in line
+
+
+def test_a_rate_limited_user_endpoint_never_makes_a_second_sticky_comment(github, tmp_path):
+    env = environ(github, tmp_path)
+    assert comment(env, write(tmp_path, failing())).exit_code == 0
+    limit = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+    github.fail("GET", r"/user$", 403, limit, times=10, **{"Retry-After": "300"})
+    result = comment(env, write(tmp_path, passing()))
+    assert result.exit_code == 2 and "rate limit" in result.output
+    github.fail("GET", r"/user$", 403, limit, **{"Retry-After": "0"})
+    github.failures = github.failures[-1:]
+    assert "updated comment" in comment(env, write(tmp_path, passing())).output
+    assert len(github.comments) == 1
+
+
+def test_a_bad_token_is_an_error_not_a_guess_at_the_author(github, tmp_path):
+    github.fail("GET", r"/user$", 401, "Bad credentials")
+    result = comment(environ(github, tmp_path), write(tmp_path, failing()))
+    assert result.exit_code == 2 and "rejected the token" in result.output
+    assert github.writes() == []
+
+
+def test_a_github_app_token_edits_its_own_comment(github, tmp_path):
+    github.add_token("ghs_app", "export-app[bot]", has_user_endpoint=False)
+    env = environ(github, tmp_path) | {"GITHUB_TOKEN": "ghs_app"}
+    assert "created comment" in comment(env, write(tmp_path, failing())).output
+    assert "updated comment" in comment(env, write(tmp_path, passing())).output
+    assert [c["user"]["login"] for c in github.comments] == ["export-app[bot]"]
+
+
+def test_an_app_token_graphql_does_not_name_asks_for_the_author(github, tmp_path):
+    github.add_token("ghs_app", "export-app[bot]", has_user_endpoint=False, has_viewer=False)
+    env = environ(github, tmp_path) | {"GITHUB_TOKEN": "ghs_app"}
+    assert "pass --author" in refused(comment(env, write(tmp_path, failing())))
+    assert "created comment" in comment(env, write(tmp_path, failing()), "--author", "export-app[bot]").output
+    assert "updated comment" in comment(env, write(tmp_path, passing()), "--author", "export-app[bot]").output
+    assert len(github.comments) == 1
+
+
+def test_another_bot_comment_that_merely_contains_the_marker_is_left_alone(github, tmp_path):
+    github.add_token("ghs_actions", ACTIONS_BOT, has_user_endpoint=False)
+    github.add_comment(ACTIONS_BOT, f"Coverage report. Other tools' output quoted below:\n{MARKER}\n…")
+    env = environ(github, tmp_path) | {"GITHUB_TOKEN": "ghs_actions"}
+    assert "created comment" in comment(env, write(tmp_path, failing())).output
+    assert "updated comment" in comment(env, write(tmp_path, passing())).output
+    assert github.comments[0]["body"].startswith("Coverage report.")
+    assert [c["body"].startswith(MARKER) for c in github.comments] == [False, True]
+
+
+def test_a_post_that_shows_seconds_after_its_502_is_not_posted_twice(github, tmp_path):
+    github.fail("POST", r"/issues/7/comments$", 502, "Server Error", store_after=3.0)
+    env = environ(github, tmp_path)
+    # The default wait for a late write: no --write-settle.
+    args = ["comment", str(write(tmp_path, failing())), "--backoff", "0.01", "--request-interval", "0"]
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert len(github.comments) == 1 and "already up to date" in result.output
+    assert [r.method for r in github.writes()] == ["POST"]

@@ -108,7 +108,7 @@ def test_hostile_text_renders_inert_and_keeps_the_table_shape():
     rows = table_rows(rendered)
     assert len(rows) == 1 and len(rows[0]) == 4, "a | or newline in a name split the row"
     # The reader still sees the original characters.
-    assert "Evil&lt;img src=x onerror=alert(1)&gt;|@\u200boctocat `code` [link](https://evil.example)" in rendered
+    assert "Evil&lt;img src=x onerror=alert(1)&gt;|@\u200boctocat `code` [link](https:\u200b//evil.example)" in rendered
     summary = re.search(r"<summary>(.*?)</summary>", text).group(1)
     assert "<" not in summary.replace("&lt;", "") and "@\u200b" in summary
 
@@ -209,3 +209,52 @@ def test_tool_errors_and_classes_not_checked_are_shown_apart():
     assert 'type="hfexport tool error"' in junit and "not checked:" in junit
     annotations = gate_report.github_annotations(data)
     assert [a.split(" ", 1)[0] for a in annotations] == ["::error", "::notice"]
+
+
+# What GitHub turns into a link, a ping or a cross-reference in a comment's text (after markdown is rendered).
+LIVE = re.compile(
+    r"(?i:\b(?:https?|ftp)://)|(?i:(?<![\w.])www\.)|(?<![\w`])@[A-Za-z0-9]|(?<![\w&])#\d|(?i:\bGH-\d)"
+    r"|[\w.-]+/[\w.-]+#\d|[\w.+-]+@[\w-]+\.\w"
+)
+
+
+def live_links(markdown: str) -> list[str]:
+    """Every live link, mention or reference in a body: HTML anchors and images, and autolinks in the text."""
+    rendered = html(markdown)
+    found = re.findall(r"<(?:a|img)\b[^>]*>", rendered)
+    text = re.sub(r"<[^>]+>", " ", rendered)
+    import html as html_module
+
+    return found + [m.group(0) for m in LIVE.finditer(html_module.unescape(text))]
+
+
+AUTOLINKED = (
+    "see https://evil.example/x, www.evil.example, GH-1, acme/other#12, #3, @team, mail me@evil.example, "
+    "escaped \\[link\\]\\(https://evil.example\\), ftp://evil.example"
+)
+
+
+def test_links_mentions_and_references_are_not_live():
+    hostile = cell("Model https://evil.example", "onnx", "crash", error=AUTOLINKED, stage=f"onnx · {AUTOLINKED}")
+    text = render_markdown(report([hostile, cell("www.evil.example GH-2", "dynamo")], ("dynamo", "onnx")))
+    assert live_links(text) == []
+    # What the reader sees is still the text, with a zero-width space where a link would start.
+    assert "https:\u200b//evil.example" in html(text) and "GH-\u200b1" in html(text) and "www\u200b.evil" in html(text)
+    assert live_links("see https://evil.example and GH-1") != []  # the checker sees them when they are there
+
+
+def test_rendering_is_linear_in_cells_and_backends():
+    # Each cell alone in its row and its column: rows x columns grew with the square of the cells.
+    import time
+
+    def hostile(count: int) -> dict[str, Any]:
+        return report([cell(f"C{i}", f"b{i}") for i in range(count)], tuple(f"b{i}" for i in range(count)))
+
+    timings = []
+    for count in (2000, 8000):
+        data = hostile(count)
+        start = time.perf_counter()
+        body = render_markdown(data)
+        timings.append(time.perf_counter() - start)
+        assert text_size(body) <= 65000 and body.startswith(MARKER) and f"{count} checks" in body
+    assert timings[1] < 8 * timings[0] + 0.5, timings  # 4x the cells: about 4x the time, never 16x

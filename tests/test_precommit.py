@@ -98,6 +98,10 @@ def test_installed_hook_passes_an_exportable_model(tmp_path, hook_repo, env):
 def test_installed_hook_blocks_a_broken_model(tmp_path, hook_repo, env):
     checkout = make_checkout(tmp_path / "transformers")
     install_hook(checkout, hook_repo, env, ["--backends=onnx", "--no-generation"])
+    # A worktree of the contributor's own on a disk not mounted now: checking the base must leave its record.
+    away = tmp_path / "usb" / "other"
+    git(checkout, "worktree", "add", "-q", "-b", "other", str(away))
+    shutil.rmtree(tmp_path / "usb")
     before = git(checkout, "rev-parse", "HEAD")
     (checkout / LLAMA).write_text(llama_source().replace(*ONNX_BREAKAGE))
     git(checkout, "add", LLAMA)
@@ -107,6 +111,7 @@ def test_installed_hook_blocks_a_broken_model(tmp_path, hook_repo, env):
     assert "hfexport export check....." in output and "Failed" in output and "exit code: 1" in output
     assert "LlamaForCausalLM · onnx: fail · onnx · stage 4 ONNX translations" in output and "(1 new" in output
     assert git(checkout, "rev-parse", "HEAD") == before  # the commit was refused
+    assert f"worktree {away}" in git(checkout, "worktree", "list", "--porcelain")  # ran at base, record kept
 
 
 def test_no_hfexport_installed_is_a_clear_failure(tmp_path, hook_repo, env):

@@ -70,6 +70,9 @@ class HfExporter:
     export_format: ClassVar[str] = ""
     config_class: ClassVar[type[ExportConfigMixin]] = ExportConfigMixin
     program_suffix: ClassVar[str] = ""
+    # Whether reading a program file can run code from it. A backend sets False only with evidence that its
+    # load_program runs nothing from the file; True makes ExportedModel.from_pretrained ask for trust_remote_code.
+    loads_code: ClassVar[bool] = True
     # Distributions whose versions are recorded in export.json besides torch and transformers.
     recorded_packages: ClassVar[tuple[str, ...]] = ()
 
@@ -273,13 +276,25 @@ class ExportedModel:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         self.manifest = manifest
+        _SAVED_HERE.update(_file_identity(target / c["file"]) for c in manifest["components"].values())
         return target
 
     @classmethod
     def from_pretrained(
-        cls, path_or_repo_id: str | os.PathLike, revision: str | None = None, token: str | None = None
+        cls,
+        path_or_repo_id: str | os.PathLike,
+        revision: str | None = None,
+        token: str | None = None,
+        *,
+        trust_remote_code: bool = False,
     ) -> ExportedModel:
-        """Load a saved export from a local directory or a Hub repository (only the files its manifest names)."""
+        """Load a saved export from a local directory or a Hub repository (only the files its manifest names).
+
+        Some programs run code when loaded: torch.export.load unpickles parts of a ``.pt2`` (``torch.load`` with
+        ``weights_only=False``, ``pickle.loads``). Such an export loads only when this process saved it (the same
+        files, unchanged) or with ``trust_remote_code=True``; so do output types outside ``transformers``. ONNX and
+        ExecuTorch programs run no code when loaded and need no opt-in.
+        """
         directory = Path(path_or_repo_id)
         if not directory.is_dir():
             directory = _download_export(str(path_or_repo_id), revision, token)
@@ -293,14 +308,14 @@ class ExportedModel:
                 f"{manifest_path}: schema version {version}, this hfexport reads {READABLE_SCHEMA_VERSIONS}"
             )
         exporter_class = get_exporter_class(manifest["export_format"])
+        files = {name: directory / _plain_file_name(c.get("file")) for name, c in manifest["components"].items()}
+        if not trust_remote_code:
+            _check_trusted(str(path_or_repo_id), manifest, exporter_class, list(files.values()))
         from .pytree import ensure_pytree_types
 
         for component in manifest["components"].values():
             ensure_pytree_types(component.get("pytree_types", []))
-        programs = {
-            name: exporter_class.load_program(directory / component["file"])
-            for name, component in manifest["components"].items()
-        }
+        programs = {name: exporter_class.load_program(path) for name, path in files.items()}
         config_path = directory / MODEL_CONFIG_NAME
         model_config = json.loads(config_path.read_text()) if config_path.is_file() else {}
         return cls(programs, manifest, model_config)
@@ -329,5 +344,49 @@ def _download_export(repo_id: str, revision: str | None, token: str | None) -> P
     manifest_file = hf_hub_download(repo_id, MANIFEST_NAME, revision=revision, token=token)
     manifest = json.loads(Path(manifest_file).read_text())
     for name in [*manifest.get("files", ()), MODEL_CONFIG_NAME]:
-        hf_hub_download(repo_id, name, revision=revision, token=token)
+        hf_hub_download(repo_id, _plain_file_name(name), revision=revision, token=token)
     return Path(manifest_file).parent
+
+
+# ── Loading what someone else saved ──
+
+# Program files this process saved, by what identifies them on disk (path, device, inode, size, mtime): loading one
+# back (the gate's save-and-reload) needs no opt-in; a file replaced or touched since is no longer one of them.
+_SAVED_HERE: set[tuple[Any, ...]] = set()
+
+
+class UntrustedExportError(PermissionError):
+    """An export whose loading could run code from its files, loaded without ``trust_remote_code=True``."""
+
+
+def _file_identity(path: Path) -> tuple[Any, ...]:
+    stat = path.stat()
+    return (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _plain_file_name(name: Any) -> str:
+    """A file the manifest names is a plain name inside the export: no directory part, no way out of the folder."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ValueError(f"the manifest names {name!r}: an export's files are plain names inside its folder")
+    return name
+
+
+def _check_trusted(source: str, manifest: dict[str, Any], exporter_class: type[HfExporter], files: list[Path]) -> None:
+    foreign = [
+        path
+        for component in manifest["components"].values()
+        for path in component.get("pytree_types", [])
+        if not (isinstance(path, str) and path.startswith("transformers.") and path.replace(".", "").isidentifier())
+    ]
+    if foreign:
+        raise UntrustedExportError(
+            f"{source} names output types outside transformers ({', '.join(map(repr, foreign[:3]))}), which are "
+            "imported (their code runs) when loaded: pass trust_remote_code=True for an export you trust"
+        )
+    saved_here = all(path.is_file() and _file_identity(path) in _SAVED_HERE for path in files)
+    if exporter_class.loads_code and not saved_here:
+        raise UntrustedExportError(
+            f"{source} holds {exporter_class.export_format} programs, which run code when loaded (torch.export.load "
+            "unpickles parts of a .pt2): pass trust_remote_code=True for an export you trust, or use onnx or "
+            "executorch, which load without running code"
+        )

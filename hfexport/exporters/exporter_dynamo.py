@@ -53,6 +53,9 @@ class DynamoExporter(HfExporter):
     export_format = "dynamo"
     config_class = DynamoConfig
     program_suffix = ".pt2"
+    # torch.export.load unpickles parts of a .pt2 (weights and constants marked use_pickle: torch.load with
+    # weights_only=False, pickle.loads; sample inputs fall back to weights_only=False): a file can run any code.
+    loads_code = True
 
     def workaround_keys(self, config: DynamoConfig) -> tuple[str, ...]:
         """``"dynamo"`` first: a backend converting from torch.export adds its own keys after it."""

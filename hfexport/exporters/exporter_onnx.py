@@ -60,6 +60,9 @@ class OnnxExporter(DynamoExporter):
     export_format = "onnx"
     config_class = OnnxConfig
     program_suffix = ".onnx"
+    # A protobuf graph: loading runs nothing from it, and onnx_ir and onnxruntime refuse external data outside the
+    # model's folder ("..", absolute paths, symlinks out): tests/test_loading.py.
+    loads_code = False
     recorded_packages = ("onnx", "onnxscript", "onnx_ir", "onnxruntime")
 
     def export_program(

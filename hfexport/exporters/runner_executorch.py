@@ -10,7 +10,7 @@ from .utils import require
 require("executorch", extra="executorch")
 
 import torch  # noqa: E402
-from executorch.runtime import Runtime  # noqa: E402
+from executorch.runtime import Runtime, Verification  # noqa: E402
 
 from .base import ModelRunner  # noqa: E402
 from .exporter_executorch import program_bytes  # noqa: E402
@@ -29,5 +29,7 @@ class ExecutorchRunner(ModelRunner):
 
     @functools.cache  # noqa: B019 - one runner per ExportedModel; each program is loaded once
     def _method(self, component: str) -> Any:
-        program = Runtime.get().load_program(program_bytes(self.exported.programs[component]))
+        # The verifier on (the default, said here on purpose): a .pte may come from someone else.
+        data = program_bytes(self.exported.programs[component])
+        program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
         return program.load_method("forward")

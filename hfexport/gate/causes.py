@@ -72,7 +72,7 @@ def hint(cell: Cell) -> str | None:
             "not run: the time budget (--budget) ran out first. Run every cell by splitting the check over a matrix: "
             "`hfexport check --shard K/N` in N jobs, then `hfexport merge` of their report.json files."
         )
-    error = f"{cell.error_type}: {cell.error}"
+    error = f"{cell.error_type}: {cell.error}"[:2000]  # the first lines say the kind; bounds the regex work
     location = cell.model_location
     at = f" at {location['file']}:{location.get('line')}" if location else ""
     if match := _DATA_DEPENDENT.search(error):
@@ -101,7 +101,7 @@ def hint(cell: Cell) -> str | None:
             f"no kernel: the {cell.backend} runtime has no kernel for {named}. Decompose it into ops the runtime "
             f"has (an FX node fix in `hfexport/exporters/workarounds/{cell.backend}.py`), or avoid it in the model."
         )
-    if cell.error_type == "OutputMismatch" and (match := _OUTPUT.search(str(cell.error))):
+    if cell.error_type == "OutputMismatch" and (match := _OUTPUT.search(str(cell.error)[:2000])):
         return (
             f"wrong values: output `{match['output'].strip()}` differs from eager ({match['how'].strip()}) at the "
             f"{match['shape']} shape ({match['inputs']}). Look for randomness, in-place updates of inputs or "

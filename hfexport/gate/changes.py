@@ -9,6 +9,7 @@ other modeling files) and has a ``forward`` of its own or inherited is a candida
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib.util
 import os
 import re
@@ -65,8 +66,10 @@ class Selection:
 _HOOK_GIT_VARIABLES = frozenset({"GIT_INDEX_FILE", "GIT_DIR", "GIT_WORK_TREE", "GIT_PREFIX"})
 
 
-def git(root: Path, *args: str) -> str:
+def git(root: Path, *args: str, index_file: Path | None = None) -> str:
     env = {name: value for name, value in os.environ.items() if name not in _HOOK_GIT_VARIABLES}
+    if index_file is not None:  # an index of hfexport's own, so the repository's own index is never touched
+        env["GIT_INDEX_FILE"] = str(index_file)
     result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=env)
     if result.returncode != 0:
         message = (result.stderr.strip().splitlines() or ["git failed"])[-1]
@@ -311,3 +314,61 @@ def find_checkout(path: Path) -> Path | None:
         if (candidate / "src" / "transformers").is_dir():
             return candidate
     return None
+
+
+# ── Model names (--models, hfexport export NAME), checked from the source files before any job starts ──
+
+# ("llama", "LlamaConfig") or "llama": "LlamaConfig": transformers' auto modules have written it both ways.
+_CONFIG_ENTRY = re.compile(r'"([\w.-]+)"\s*[,:]\s*"\w+Config"')
+_CLASS_LINE = re.compile(r"^class (\w+)\(", re.M)
+
+
+def _transformers_dir(checkout: Path | None) -> Path | None:
+    """The transformers package the jobs will import: the checkout's, else the installed one (found, not imported)."""
+    if checkout is not None:
+        return checkout / "src" / "transformers"
+    spec = importlib.util.find_spec("transformers")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+def unknown_model_names(names: list[str], checkout: Path | None) -> dict[str, list[str]]:
+    """Each name that is neither a model type (transformers' config mapping) nor a class of a modeling file, with up to
+    three close matches. Read from the files in about a second, where resolving imports torch and transformers."""
+    package = _transformers_dir(checkout)
+    auto = package / "models" / "auto" if package else None
+    text = "".join(p.read_text(encoding="utf-8", errors="replace") for p in auto.glob("*.py")) if auto else ""
+    types = {_key(t): t for t in _CONFIG_ENTRY.findall(text)}
+    if not types:
+        return {}  # an unusual layout: the jobs resolve the names and say what they cannot
+    unknown = [name for name in names if _key(name) not in types]
+    if not unknown:
+        return {}
+    classes: set[str] = set()
+    for path in (package / "models").rglob("modeling_*.py"):
+        classes.update(_CLASS_LINE.findall(path.read_text(encoding="utf-8", errors="replace")))
+    known = {**types, **{name.lower(): name for name in classes}}
+    found: dict[str, list[str]] = {}
+    for name in unknown:
+        if name.strip() in classes:
+            continue
+        close = difflib.get_close_matches(_key(name), list(known), n=3, cutoff=0.8)
+        found[name] = [known[match] for match in close]
+    return found
+
+
+def check_model_names(names: list[str], checkout: Path | None) -> None:
+    """``SelectionError`` naming every unknown model name, with close matches only when they are close."""
+    unknown = unknown_model_names(names, checkout)
+    if unknown:
+        said = "; ".join(
+            f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else "") for name, close in unknown.items()
+        )
+        raise SelectionError(
+            f"unknown model type or class {said}: a model type is a key of transformers' CONFIG_MAPPING_NAMES "
+            "(llama, bert), a class one its modeling files define (LlamaForCausalLM)"
+        )

@@ -1,9 +1,10 @@
 """Render a gate report as GitHub markdown: the PR comment, report.md and the job summary.
 
-The report may come from an untrusted pull-request run, so every string taken from it is escaped here: no raw
-HTML, no links or images, no ``@mention`` pings or ``#123`` cross-references, nothing that breaks a table row.
+The report may come from an untrusted pull-request run, so every string taken from it goes through one escaper
+here: no raw HTML, no links or images, no autolinked URLs or ``www.`` addresses, no ``@mention`` pings and no
+``#123``, ``GH-123`` or ``owner/repo#123`` cross-references, nothing that breaks a table row.
 The body always fits ``max_chars``: detail sections are dropped first, then table rows; the marker and the
-summary line are always kept.
+summary line are always kept. Rendering is linear in the report: each piece is rendered and measured once.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .causes import Cause, group, hint
@@ -24,8 +25,10 @@ MIN_CHARS = 2000  # room for the marker, the summary, the table header and the t
 # Characters CommonMark/GFM give a meaning to inline (emphasis, links, images, math, strikethrough).
 _MD_PUNCTUATION = frozenset("\\*_[]()!~$^{}")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "|": "&#124;", "`": "&#96;"}
-# A zero-width space after @ or # stops GitHub from turning "@user" into a ping and "#12" into a cross-reference.
-_PING = re.compile(r"([@#])(?=\w)")
+# A zero-width space where GitHub would start a link makes the text inert and reads the same: after "@" or "#"
+# ("@user" pings, "#12" and "owner/repo#12" cross-reference), after "GH-" before a number, between a scheme's ":" and
+# "//" (plain URLs are autolinked, even after a backslash), and between "www" and "." (so are www. addresses).
+_AUTOLINK = re.compile(r"(?<=[@#])(?=\w)|(?i:(?<=\bGH-)(?=\d))|(?<=:)(?=//)|(?i:(?<=\bwww)(?=\.))")
 _SAFE_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")
 _BIDI_CONTROLS = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
@@ -37,16 +40,21 @@ def text_size(text: str) -> int:
 
 def _plain(value: Any, limit: int) -> str:
     """One line of untrusted text: control and bidi characters removed, cut to ``limit`` characters."""
-    text = "" if value is None else str(value)
+    text = ("" if value is None else str(value))[: 8 * limit + 1000]  # more than remains after collapsing spaces
     chars = (" " if unicodedata.category(c) == "Cc" else c for c in text if c not in _BIDI_CONTROLS)
     text = " ".join("".join(chars).split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def _inert(value: Any, limit: int) -> str:
+    """One line of untrusted text with every place GitHub would start a link, ping or reference broken."""
+    return _AUTOLINK.sub("\u200b", _plain(value, limit))
+
+
 def escape_inline(value: Any, limit: int = 300) -> str:
     """Untrusted text for a markdown context (table cell, list item): rendered as the literal characters."""
     out = []
-    for char in _PING.sub("\\1\u200b", _plain(value, limit)):
+    for char in _inert(value, limit):
         if char in _ENTITIES:
             out.append(_ENTITIES[char])
         elif char in _MD_PUNCTUATION:
@@ -58,7 +66,7 @@ def escape_inline(value: Any, limit: int = 300) -> str:
 
 def escape_html(value: Any, limit: int = 300) -> str:
     """Untrusted text inside an HTML block (``<summary>``), where markdown is not parsed but entities are."""
-    return "".join(_ENTITIES.get(c, c) for c in _PING.sub("\\1\u200b", _plain(value, limit)))
+    return "".join(_ENTITIES.get(c, c) for c in _inert(value, limit))
 
 
 def _diff(value: Any) -> str:
@@ -154,11 +162,10 @@ def summary_line(report: dict[str, Any]) -> str:
 
 def _rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, Cell]]]]:
     """Backends (columns) and, per model class, its cells by backend; rows with new failures first."""
-    backends = [str(b) for b in report.get("backends") or []]
+    backends = dict.fromkeys(str(b) for b in report.get("backends") or [])  # ordered, and a set for lookups
     by_class: dict[str, dict[str, Cell]] = {}
     for cell in map(Cell.from_dict, report.get("cells") or []):
-        if cell.backend not in backends:
-            backends.append(cell.backend)
+        backends.setdefault(cell.backend)
         by_class.setdefault(cell.model_class, {})[cell.backend] = cell
 
     def rank(item: tuple[str, dict[str, Cell]]) -> tuple[int, str]:
@@ -169,17 +176,29 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, 
             return 1, item[0]
         return 2, item[0]
 
-    return backends, sorted(by_class.items(), key=rank)
+    return list(backends), sorted(by_class.items(), key=rank)
 
 
-def _table(backends: list[str], rows: list[tuple[str, dict[str, Cell]]]) -> tuple[str, list[str]]:
+def _header(backends: list[str]) -> str:
     header = "| model class | " + " | ".join(escape_inline(b, 30) for b in backends) + " |\n"
-    header += "|---" * (len(backends) + 1) + "|"
-    lines = []
+    return header + "|---" * (len(backends) + 1) + "|"
+
+
+def _table_rows(backends: list[str], rows: list[tuple[str, dict[str, Cell]]]) -> Iterator[str]:
     for model_class, cells in rows:
         rendered = [render_cell(cells[b]) if b in cells else "—" for b in backends]
-        lines.append(f"| {escape_inline(model_class, 100)} | " + " | ".join(rendered) + " |")
-    return header, lines
+        yield f"| {escape_inline(model_class, 100)} | " + " | ".join(rendered) + " |"
+
+
+def _within(pieces: Iterable[str], budget: int) -> list[str]:
+    """The pieces, rendered in order until together they pass ``budget``: no later one could fit in the body."""
+    kept, total = [], 0
+    for piece in pieces:
+        kept.append(piece)
+        total += text_size(piece)
+        if total > budget:
+            break
+    return kept
 
 
 def _cause_details(cause: Cause) -> str:
@@ -244,16 +263,13 @@ def _timing(cell: Cell) -> str:
     return f"{cell.seconds:.1f}s" if cell.seconds is not None else "n/a"
 
 
-def _passing_details(cells: Iterable[Cell]) -> str | None:
+def _passing_details(cells: Iterable[Cell]) -> str:
     rows = [
         f"| {escape_inline(c.model_class, 100)} | {escape_inline(c.backend, 30)} "
         f"| {_diff(c.max_abs_diff)} | {_diff(c.max_rel_diff)} | {_diff(c.tolerance)} "
         f"| {_timing(c)} | {escape_inline(', '.join(map(str, c.workarounds or [])) or '—', 300)} |"
         for c in cells
-        if c.status == "pass"
     ]
-    if not rows:
-        return None
     header = "| model class | backend | max abs diff | max rel diff | tolerance | time | workarounds |\n" + "|---" * 7
     header += "|"
     summary = "<details><summary>Passing checks: diffs, timings, workarounds</summary>"
@@ -272,7 +288,9 @@ def _timing_details(cells: list[Cell], backends: list[str]) -> str | None:
                 row[cell.backend] = row.get(cell.backend, 0.0) + seconds
     if not totals:
         return None
-    order = sorted(totals, key=lambda step: (step == "total", step.split(" · ")[0], step))
+    # The 40 steps that took longest (a report can name any number of them), then in reading order.
+    kept = sorted(totals, key=lambda step: -sum(totals[step].values()))[:40]
+    order = sorted(kept, key=lambda step: (step == "total", step.split(" · ")[0], step))
     header = "| step | " + " | ".join(escape_inline(b, 30) for b in backends) + " |\n" + "|---" * (len(backends) + 1)
     rows = [
         f"| {escape_inline(step.replace('export · ', '↳ '), 60)} | "
@@ -306,41 +324,46 @@ def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url:
     if max_chars < MIN_CHARS:
         raise ValueError(f"max_chars must be at least {MIN_CHARS}, got {max_chars}")
     backends, rows = _rows(report)
-    header, table_rows = _table(backends, rows)
     cells = [c for _, by_backend in rows for c in by_backend.values()]
-    sections = [_cause_details(cause) for cause in group(cells)]
-    sections += [s for s in (_passing_details(cells), _timing_details(cells, backends)) if s]
-    top = f"{MARKER}\n{TITLE}\n\n{summary_line(report)}\n\n{_disabled_note(report)}{header}"
+    causes = group(cells)
+    passing = [c for c in cells if c.status == "pass"]
+    timing = _timing_details(cells, backends)
+    section_count = len(causes) + bool(passing) + bool(timing)
+    # Only what can fit is rendered: cost follows the report's size and max_chars, never rows x backends x retries.
+    table_rows = _within(_table_rows(backends, rows), max_chars)
+    every_row = len(table_rows) == len(rows)
+    sections = _within(map(_cause_details, causes), max_chars) if every_row else []
+    if every_row and passing and len(sections) == len(causes):
+        sections.append(_passing_details(passing))
+    if every_row and timing and len(sections) == len(causes) + bool(passing):
+        sections.append(timing)
+    top = f"{MARKER}\n{TITLE}\n\n{summary_line(report)}\n\n{_disabled_note(report)}{_header(backends)}"
     footer = _footer(report)
 
-    def body(kept_rows: list[str], kept_sections: list[str], note: str) -> str:
-        parts = [top + "".join("\n" + r for r in kept_rows), *kept_sections]
-        if note:
-            parts.append(note)
-        parts.append(footer)
-        return "\n\n".join(parts) + "\n"
+    def note_for(rows_kept: int, sections_kept: int) -> str:
+        left_out = (section_count - sections_kept, len(rows) - rows_kept)
+        return _omitted_note(*left_out, details_url) if any(left_out) else ""
 
     def render(rows_kept: int, sections_kept: int) -> str:
-        left_out = (len(sections) - sections_kept, len(table_rows) - rows_kept)
-        note = _omitted_note(*left_out, details_url) if any(left_out) else ""
-        return body(table_rows[:rows_kept], sections[:sections_kept], note)
+        note = note_for(rows_kept, sections_kept)
+        parts = [top + "".join("\n" + r for r in table_rows[:rows_kept]), *sections[:sections_kept]]
+        return "\n\n".join([*parts, *([note] if note else []), footer]) + "\n"
 
-    def most_that_fit(count: int, text_for: Callable[[int], str]) -> int:
-        """The largest n <= count whose text fits, or -1 when not even n = 0 does (sizes grow with n)."""
-        low, high = -1, count
-        while low < high:
-            middle = (low + high + 1) // 2
-            if text_size(text_for(middle)) <= max_chars:
-                low = middle
-            else:
-                high = middle - 1
-        return low
+    # Sizes measured once; a candidate's size is a sum of them, so choosing what fits is linear, not a re-render.
+    row_ends = _running_sums(1 + text_size(r) for r in table_rows)
+    section_ends = _running_sums(2 + text_size(section) for section in sections)
+
+    def size(rows_kept: int, sections_kept: int) -> int:
+        note = note_for(rows_kept, sections_kept)
+        fixed = text_size(top) + 2 + text_size(footer) + 1 + (2 + text_size(note) if note else 0)
+        return fixed + row_ends[rows_kept] + section_ends[sections_kept]
 
     # Detail sections go first (the passing one, then later failures), then table rows from the bottom.
-    sections_kept = most_that_fit(len(sections), lambda n: render(len(table_rows), n))
-    if sections_kept >= 0:
-        return render(len(table_rows), sections_kept)
-    rows_kept = most_that_fit(len(table_rows), lambda n: render(n, 0))
+    if every_row:
+        sections_kept = _most_that_fit(len(sections), lambda n: size(len(rows), n) <= max_chars)
+        if sections_kept >= 0:
+            return render(len(rows), sections_kept)
+    rows_kept = _most_that_fit(len(table_rows), lambda n: size(n, 0) <= max_chars)
     if rows_kept >= 0:
         return render(rows_kept, 0)
     # Not even the summary fits: cut its end (the marker comes first, so it stays).
@@ -348,3 +371,23 @@ def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url:
     while text_size(text) > max_chars - 2:
         text = text[: max_chars - 2 - text_size(text)]
     return text + "…\n"
+
+
+def _running_sums(sizes: Iterable[int]) -> list[int]:
+    """``[0, a, a + b, …]``: the size of the first n pieces is ``sums[n]``."""
+    sums = [0]
+    for value in sizes:
+        sums.append(sums[-1] + value)
+    return sums
+
+
+def _most_that_fit(count: int, fits: Callable[[int], bool]) -> int:
+    """The largest n <= count that fits, or -1 when not even n = 0 does (sizes grow with n)."""
+    low, high = -1, count
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -1,13 +1,14 @@
 """``hfexport check`` end to end: selection -> jobs at head -> the failing ones again at base -> report.
 
 The base revision only costs time where it can change the verdict: a cell that passes at head is not run at base
-(unless fixes are asked for with ``report_fixed``); a cell that fails at head is run at base, in a ``git worktree``
-of the base commit, and is pre-existing when it fails there too.
+(unless fixes are asked for with ``report_fixed``); a cell that fails at head is run at base, in a checkout of the
+base commit of its own (a temporary directory), and is pre-existing when it fails there too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import tempfile
@@ -74,6 +75,7 @@ def target_for(
         if models or select_all:
             # "representative" stands for the built-in set used when shared code changes.
             names = [n for m in models for n in (changes.REPRESENTATIVE_NAMES if m == "representative" else [m])]
+            changes.check_model_names(names, changes.find_checkout(cwd))
             selection = changes.Selection(mode="all" if select_all else "models", names=names)
             selection.representative = "representative" in models
             selection.reason = "--all" if select_all else f"--models {','.join(models)}"
@@ -194,20 +196,23 @@ def _run_cells(
 
 @contextlib.contextmanager
 def worktree(repo_root: Path, commit: str) -> Iterator[Path]:
-    """A detached checkout of ``commit`` in a temporary directory, removed afterwards."""
+    """The files of ``commit`` in a temporary directory, removed afterwards.
+
+    Written from an index of hfexport's own (``read-tree`` + ``checkout-index``), not with ``git worktree``: nothing is
+    recorded in the repository, so nothing needs pruning, and the records of the user's own worktrees (a folder on
+    an unmounted disk included) are left as they are.
+    """
     scratch = Path(tempfile.mkdtemp(prefix="hfexport-rev-"))
     path = scratch / "tree"
     try:
-        changes.git(repo_root, "worktree", "add", "--detach", "--force", str(path), commit)
+        index = scratch / "index"
+        changes.git(repo_root, "read-tree", commit, index_file=index)
+        changes.git(repo_root, "checkout-index", "--all", f"--prefix={path}{os.sep}", index_file=index)
         yield path
     except changes.SelectionError as error:
         raise GateError(f"cannot check out {commit[:12]}: {error}") from None
     finally:
-        with contextlib.suppress(changes.SelectionError):
-            changes.git(repo_root, "worktree", "remove", "--force", str(path))
         shutil.rmtree(scratch, ignore_errors=True)
-        with contextlib.suppress(changes.SelectionError):
-            changes.git(repo_root, "worktree", "prune")
 
 
 def _checkout_in(tree: Path, target: Target) -> Path | None:

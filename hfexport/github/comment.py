@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..gate.markdown import MARKER, render_markdown
+from ..gate.report import SHA
 from .event import EventError, event_pr, read_event
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -67,9 +68,7 @@ def resolve_target(
     repository = repository or environ.get("GITHUB_REPOSITORY")
     if not repository or repository.count("/") != 1:
         raise CommentError("no repository: pass --repo OWNER/NAME or set GITHUB_REPOSITORY")
-    token = token or next((environ[name] for name in TOKEN_VARIABLES if environ.get(name)), None)
-    if not token:
-        raise CommentError(f"no token: set one of {', '.join(TOKEN_VARIABLES)} (or pass --token)")
+    token = checked_token(token or next((environ[name] for name in TOKEN_VARIABLES if environ.get(name)), None))
     try:
         event_number, event_head, run_url = event_pr(read_event(environ))
     except EventError as error:
@@ -77,18 +76,35 @@ def resolve_target(
     if not run_url and environ.get("GITHUB_RUN_ID"):
         server = environ.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
         run_url = f"{server}/{repository}/actions/runs/{environ['GITHUB_RUN_ID']}"
+    expected = head_sha or event_head
+    if expected is not None and not (isinstance(expected, str) and SHA.fullmatch(expected)):
+        raise CommentError("the head commit to check the report against (--head-sha or the event's) is not a SHA")
     return Target(
         repository=repository,
         api_url=(api_url or environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
         token=token,
         pr_number=pr_number or _as_int(event_number),
-        expected_head_sha=head_sha or event_head,
+        expected_head_sha=expected,
         details_url=details_url or run_url,
     )
 
 
 def _as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def checked_token(token: str | None) -> str:
+    """The token as sent: surrounding whitespace (a secret saved with its newline) dropped, anything else refused.
+
+    A token with a space or control character inside would reach the HTTP layer, whose error message prints the
+    header value: it is refused here, in words that never hold it.
+    """
+    if not token or not token.strip():
+        raise CommentError(f"no token: set one of {', '.join(TOKEN_VARIABLES)} (or pass --token)")
+    token = token.strip()
+    if not all("!" <= char <= "~" for char in token):
+        raise CommentError("the token has a space, control or non-ASCII character inside it: check the secret")
+    return token
 
 
 def redact(text: str, token: str) -> str:
@@ -177,26 +193,73 @@ def _report_pr(report: dict[str, Any]) -> tuple[int | None, str | None]:
     return _as_int(pr.get("number")), pr.get("head_sha") if isinstance(pr.get("head_sha"), str) else None
 
 
-def find_sticky(comments: Iterable[Any], author: str) -> Any | None:
-    """The first comment by ``author`` that carries the marker (a user quoting the marker is never edited)."""
-    for comment in comments:
-        if comment.user is not None and comment.user.login == author and MARKER in (comment.body or ""):
-            return comment
-    return None
+@dataclass(frozen=True)
+class Identity:
+    """The account the token posts as. ``bot``: an app installation (GITHUB_TOKEN included), ``<slug>[bot]``."""
+
+    login: str
+    bot: bool = False
+
+    def wrote(self, comment: Any) -> bool:
+        user = comment.user
+        if user is None or str(user.login).lower() != self.login.lower():
+            return False
+        return not self.bot or user.type == "Bot"
 
 
-def _author(github: Any, author: str | None, attempts: int, backoff: float) -> str:
-    """Whose comment to look for: --author, else the token's user, else the Actions bot (GITHUB_TOKEN has no /user)."""
-    if author:
-        return author
+def is_sticky(comment: Any, identity: Identity) -> bool:
+    """Ours: the token's account wrote it and it opens with the marker (a comment quoting the marker is not ours)."""
+    return identity.wrote(comment) and (comment.body or "").startswith(MARKER)
+
+
+def find_sticky(comments: Iterable[Any], identity: Identity) -> Any | None:
+    """The first sticky comment of ``identity``, if any."""
+    return next((comment for comment in comments if is_sticky(comment, identity)), None)
+
+
+def _not_a_user(error: Exception) -> bool:
+    """GitHub's answer to GET /user from an app installation's token: 403 "Resource not accessible by integration"."""
+    return _status(error) == 403 and not _is_rate_limited(error) and "integration" in str(getattr(error, "data", ""))
+
+
+_VIEWER = "query { viewer { login } }"
+
+
+def identity_of(github: Any, author: str | None, retrying: Callable[[Callable[[], T]], T]) -> Identity:
+    """Whose comment is the sticky one: --author, else the token's user (GET /user), else, for an app installation
+    (GITHUB_TOKEN or a GitHub App's token), the bot GraphQL's ``viewer`` names. Never a guess: when neither answers,
+    the command stops and asks for --author."""
     from github import GithubException
 
+    if author:
+        return Identity(author, bot=author.endswith("[bot]"))
     try:
-        return with_retries(lambda: github.get_user().login, attempts=attempts, backoff=backoff)
+        return Identity(retrying(lambda: github.get_user().login))
     except GithubException as error:
-        if error.status in (401, 403):
-            return ACTIONS_BOT
-        raise
+        if not _not_a_user(error):
+            raise
+    try:
+        _, answer = retrying(lambda: github.requester.graphql_query(_VIEWER, {}))
+        login = str(answer["data"]["viewer"]["login"])
+    except GithubException as error:
+        if _is_transient(error) or _status(error) == 401:
+            raise
+        raise CommentError(
+            "cannot tell which account this token posts as (GitHub answered neither GET /user nor GraphQL viewer): "
+            "pass --author LOGIN, e.g. --author github-actions[bot]"
+        ) from None
+    except (KeyError, TypeError):
+        raise CommentError("GraphQL viewer gave no login for this token: pass --author LOGIN") from None
+    # GraphQL names a bot by its slug; its comments are by "<slug>[bot]".
+    return Identity(login if login.endswith("[bot]") else f"{login}[bot]", bot=True)
+
+
+def _ambiguous(error: Exception) -> bool:
+    """A write whose outcome is unknown: GitHub may have stored it although the answer was an error."""
+    import requests
+
+    status = _status(error)
+    return isinstance(error, requests.ConnectionError | requests.Timeout) or (status is not None and status >= 500)
 
 
 def post_report(
@@ -208,10 +271,14 @@ def post_report(
     backoff: float = 2.0,
     request_interval: float = 0.25,
     timeout: int = 30,
+    settle: float = 15.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """Create or edit the sticky comment for ``report`` on its pull request.
 
-    ``request_interval`` spaces API calls (writes four times as far: GitHub asks for a second between them).
+    ``request_interval`` spaces API calls (writes four times as far: GitHub asks for a second between them). After a
+    POST whose outcome is unknown (a 5xx, a dropped connection), the comments are listed again for up to ``settle``
+    seconds before posting again: GitHub can store a comment and show it seconds after answering 502.
     """
     import requests
     from github import Auth, Github, GithubException
@@ -238,28 +305,48 @@ def post_report(
         seconds_between_requests=request_interval,
         seconds_between_writes=4 * request_interval,
     )
+
+    def retrying(operation: Callable[[], T]) -> T:
+        return with_retries(operation, attempts=attempts, backoff=backoff, sleep=sleep)
+
     doing = f"reading {target.repository} PR #{number}"
     try:
-        repo = with_retries(lambda: github.get_repo(target.repository), attempts=attempts, backoff=backoff)
-        pull = with_retries(lambda: repo.get_pull(number), attempts=attempts, backoff=backoff)
+        repo = retrying(lambda: github.get_repo(target.repository))
+        pull = retrying(lambda: repo.get_pull(number))
         if pull.head.sha != report_head:
             moved = f"PR #{number} head is now {pull.head.sha[:12]}, the report is for {report_head[:12]}"
             return Outcome("skipped", f"not posting: {moved} (the run for the new head will post)")
-        login = _author(github, author, attempts, backoff)
+        identity = identity_of(github, author, retrying)
         doing = f"commenting on {target.repository} PR #{number}"
+        unknown_write = False
+
+        def sticky() -> Any | None:
+            found = find_sticky(pull.get_issue_comments(), identity)
+            waited = 0.0
+            while found is None and unknown_write and waited < settle:
+                step = min(1.0, settle - waited)
+                sleep(step)
+                waited += step
+                found = find_sticky(pull.get_issue_comments(), identity)
+            return found
 
         def upsert() -> Outcome:
-            # Listing again on every attempt: a POST that failed after GitHub stored it must not make a second one.
-            existing = find_sticky(pull.get_issue_comments(), login)
+            nonlocal unknown_write
+            # Listing again on every attempt, and waiting for a write that may still show: never a second comment.
+            existing = sticky()
             if existing is None:
-                created = pull.create_issue_comment(body)
+                try:
+                    created = pull.create_issue_comment(body)
+                except Exception as error:
+                    unknown_write = unknown_write or _ambiguous(error)
+                    raise
                 return Outcome("created", f"created comment on PR #{number}", created.html_url)
             if existing.body == body:
                 return Outcome("unchanged", f"comment on PR #{number} already up to date", existing.html_url)
             existing.edit(body)
             return Outcome("updated", f"updated comment on PR #{number}", existing.html_url)
 
-        return with_retries(upsert, attempts=attempts, backoff=backoff)
+        return retrying(upsert)
     except (GithubException, requests.RequestException) as error:
         raise _explain(error, target.token, doing) from None
     finally:

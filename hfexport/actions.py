@@ -1,0 +1,71 @@
+"""The one writer for text a GitHub Actions runner reads: workflow commands, one-line messages, verbatim blocks.
+
+The runner scans every line a step prints, stdout and stderr alike: a line starting with ``::`` (after leading
+whitespace) is a workflow command, and so is ``##[name]`` anywhere in a line (the older syntax). Text taken from a
+report, a checkout or an API answer must never become one, so everything hfexport prints in a workflow goes through
+here: ``command`` escapes a command's data and properties, ``line`` turns free text into one inert line, and
+``verbatim`` wraps text that must keep its lines between ``stop-commands`` markers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import secrets
+from collections.abc import Callable, Iterator, Mapping
+
+# ``##[`` opens a command anywhere in a line; writing its second ``#`` as %23 keeps the text readable and inert.
+_OLD_COMMAND = re.compile(r"##\[")
+_LEADING_COMMAND = re.compile(r"^(\s*):")
+
+
+def escape_data(text: str) -> str:
+    """A command's message, escaped the way the runner unescapes it (``%``, CR, LF)."""
+    return str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A command's property value (``title=…``, ``file=…``): also ``:`` and ``,``, which end a property."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(name: str, message: str, **properties: str | int | None) -> str:
+    """``::name key=value,…::message`` with every value escaped; properties that are None are left out."""
+    escaped = ",".join(f"{key}={escape_property(str(value))}" for key, value in properties.items() if value is not None)
+    return f"::{name}{' ' + escaped if escaped else ''}::{escape_data(message)}"
+
+
+def line(text: object) -> str:
+    """Free text as one line no runner reads as a command: CR/LF/% escaped, ``##[`` and a leading ``:`` defused."""
+    escaped = _OLD_COMMAND.sub("#%23[", escape_data(str(text)))
+    return _LEADING_COMMAND.sub(r"\1%3A", escaped)
+
+
+def in_actions(environ: Mapping[str, str] | None = None) -> bool:
+    return (os.environ if environ is None else environ).get("GITHUB_ACTIONS") == "true"
+
+
+@contextlib.contextmanager
+def verbatim(echo: Callable[[str], None], environ: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Print multi-line free text (a table of untrusted names) with command processing off in Actions.
+
+    The resume token is random, so the text itself cannot end the block early.
+    """
+    if not in_actions(environ):
+        yield
+        return
+    token = f"hfexport-{secrets.token_hex(16)}"
+    echo(f"::stop-commands::{token}")
+    try:
+        yield
+    finally:
+        echo(f"::{token}::")
+
+
+class LineFormatter(logging.Formatter):
+    """Log records as one inert line each (a record's text can hold an API answer or a report's words)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return line(super().format(record))

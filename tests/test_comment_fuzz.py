@@ -1,0 +1,294 @@
+"""`hfexport comment` fed random and hostile reports (hypothesis), against the local GitHub server.
+
+For any report under the size cap: exit 0 or 2, on 2 one line and no traceback, no line a runner would read as a
+workflow command, no live link, mention or reference in the posted body, and memory bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import traceback
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fake_github import FakeGitHub
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_github_comment import commands_in
+from test_markdown import live_links
+
+from hfexport.cli import main
+from hfexport.gate.cells import CELL_KEYS, STATUSES
+from hfexport.gate.markdown import MARKER, text_size
+from hfexport.gate.report import MAX_REPORT_BYTES, summarize
+
+TOKEN = "ghs_fuzzT0ken0123456789"
+HEAD = "a" * 40
+MEMORY_LIMIT = 300 * 1024 * 1024
+
+# Text that has meant something to a runner, a markdown renderer or GitHub's autolinker.
+HOSTILE = [
+    "\n::error title=Security::approve PR 1 now",
+    "\r::warning::x",
+    "##[error]old syntax",
+    "::stop-commands::x",
+    "%0A::error::encoded",
+    "@octocat",
+    "@org/team",
+    "#1",
+    "GH-1",
+    "acme/other#12",
+    "me@evil.example",
+    "https://evil.example/x",
+    "http://evil.example",
+    "ftp://evil.example",
+    "www.evil.example",
+    "\\[link\\]\\(https://evil.example\\)",
+    "[link](https://evil.example)",
+    "![i](https://evil.example/i.png)",
+    "<img src=x onerror=alert(1)>",
+    "<a href='https://evil.example'>a</a>",
+    "| a | b |",
+    "`code`",
+    "**b** _i_ ~~s~~ $x$",
+    "\u202eevil\u202c",
+    "\x00\x1b[31m",
+    "&lt;script&gt;",
+    "<!-- hfexport-report -->",
+]
+
+hostile_text = st.one_of(
+    st.sampled_from(HOSTILE),
+    st.text(max_size=40),
+    st.lists(st.sampled_from(HOSTILE) | st.text(max_size=8), min_size=1, max_size=6).map("".join),
+)
+number = st.one_of(
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from([10**400, -(10**400), 2**53, 2**53 + 1, 0, True]),
+)
+json_value = st.recursive(
+    st.none() | st.booleans() | number | hostile_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(hostile_text, children, max_size=4),
+    max_leaves=20,
+)
+
+
+@st.composite
+def cells(draw: st.DrawFn, backends: list[str]) -> dict[str, Any]:
+    status = draw(st.sampled_from(STATUSES))
+    failed = status not in ("pass", "skipped")
+    cell: dict[str, Any] = dict.fromkeys(CELL_KEYS)
+    cell.update(
+        model_type=draw(hostile_text),
+        model_class=draw(hostile_text),
+        backend=draw(st.sampled_from(backends)),
+        status=status,
+        regression=draw(st.sampled_from(["new", "pre-existing", "fixed", None])),
+        stage=draw(st.none() | hostile_text),
+        error_type=draw(st.none() | hostile_text),
+        error=draw(hostile_text) if failed or status in ("tool_error", "not_checked") else None,
+        max_abs_diff=draw(number),
+        max_rel_diff=draw(number),
+        tolerance=draw(number),
+        timings=draw(st.dictionaries(hostile_text, number, max_size=3)),
+        workarounds=draw(st.lists(hostile_text, max_size=3)),
+        skip_reason=draw(st.none() | hostile_text),
+        source=draw(st.none() | st.fixed_dictionaries({"file": hostile_text, "line": number})),
+        generation=draw(st.none() | st.fixed_dictionaries({"status": st.just("fail"), "detail": hostile_text})),
+        frame=draw(
+            st.none()
+            | st.fixed_dictionaries(
+                {"file": st.just("src/transformers/models/x.py") | hostile_text, "line": number, "text": hostile_text}
+            )
+        ),
+        disabled=draw(st.none() | st.dictionaries(hostile_text, hostile_text, max_size=2)),
+        second_shape=None,
+    )
+    return cell
+
+
+@st.composite
+def reports(draw: st.DrawFn) -> dict[str, Any]:
+    """Mostly schema-valid reports carrying hostile values; some with a part replaced by anything at all."""
+    backends = draw(
+        st.lists(st.sampled_from(["dynamo", "onnx", "executorch"]) | hostile_text, min_size=1, max_size=4, unique=True)
+    )
+    drawn = draw(st.lists(cells(backends), max_size=12))
+    report = {
+        "schema": "hfexport-report",
+        "schema_version": 3,
+        "hfexport_version": draw(st.just("0.1.0") | hostile_text),
+        "created_at": "2026-01-01T00:00:00Z",
+        "engine": "hfexport",
+        "repository": {"root": draw(hostile_text), "base": None, "head": HEAD},
+        "pr": {"number": 7, "head_sha": draw(st.just(HEAD) | hostile_text)},
+        "backends": backends,
+        "selection": {"mode": "diff", "model_types": [], "representative": False, "reason": draw(hostile_text)},
+        "shard": {"index": 1, "count": 1},
+        "cells": drawn,
+        "summary": summarize(drawn),
+        "exit_code": 1,
+    }
+    for _ in range(draw(st.integers(0, 2))):
+        where = draw(st.sampled_from(["report", *range(len(drawn))]))
+        target = report if where == "report" else drawn[where]
+        target[draw(st.sampled_from(sorted(target)))] = draw(json_value)
+    if draw(st.booleans()):
+        report["repository"] = {"deep": draw(st.integers(1, 5000))}  # written as that many nested arrays
+    return report
+
+
+def _text(report: dict[str, Any]) -> str:
+    """The report as JSON, NaN and Infinity included (the loader must refuse them), deep nesting spelled out."""
+    deep = report.get("repository", {}).get("deep") if isinstance(report.get("repository"), dict) else None
+    if not isinstance(deep, int) or isinstance(deep, bool):
+        return json.dumps(report)
+    return json.dumps(report | {"repository": "DEEP"}).replace('"DEEP"', "[" * deep + "]" * deep, 1)
+
+
+@pytest.fixture(scope="module")
+def github():
+    with FakeGitHub(repository="acme/transformers", pr_number=7, head_sha=HEAD) as fake:
+        fake.add_token(TOKEN, "export-bot")
+        yield fake
+
+
+def _env(github: FakeGitHub, directory: Path) -> dict[str, str]:
+    event = directory / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": HEAD}}}))
+    return {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_REPOSITORY": github.repository,
+        "GITHUB_API_URL": github.api_url,
+        "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_TOKEN": TOKEN,
+    }
+
+
+@settings(
+    max_examples=int(os.environ.get("HFEXPORT_FUZZ_EXAMPLES", "200")),
+    deadline=None,
+    derandomize=True,  # the same examples every run: CI never goes red on a draw of its own
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+@given(report=reports())
+def test_any_report_is_posted_inert_or_refused_in_one_line(github, tmp_path_factory, report):
+    text = _text(report)
+    assume(len(text.encode()) <= MAX_REPORT_BYTES)
+    directory = tmp_path_factory.mktemp("fuzz")
+    (directory / "report.json").write_text(text, encoding="utf-8")
+    before = len(github.writes())
+    tracemalloc.start()
+    try:
+        result = CliRunner().invoke(
+            main,
+            ["comment", str(directory / "report.json"), "--backoff", "0.01", "--request-interval", "0"],
+            env=_env(github, directory),
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    crash = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
+    assert result.exit_code in (0, 2), result.output + crash
+    assert isinstance(result.exception, SystemExit | None), crash
+    assert "Traceback" not in result.output
+    assert commands_in(result.output) == [], result.output
+    assert peak < MEMORY_LIMIT
+    if result.exit_code == 2:
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith("error: ")
+        assert len(github.writes()) == before
+    else:
+        body = github.comments[-1]["body"]
+        assert body.startswith(MARKER) and text_size(body) <= 65536
+        assert live_links(body) == [], live_links(body)
+
+
+# ── The largest reports under the cap: measured as the process sees them ──
+
+
+def _bombs() -> dict[str, str]:
+    """Reports just under the 8 MiB cap, each the worst of a kind for a reader."""
+    cap = MAX_REPORT_BYTES - 100
+
+    def cell(i: int, backend: str) -> dict[str, Any]:
+        return dict.fromkeys(CELL_KEYS) | {
+            "model_type": "t",
+            "model_class": f"C{i}",
+            "backend": backend,
+            "status": "fail",
+            "regression": "new",
+            "error": f"e{i} " + "www.x @y #1 " * 3,
+            "timings": {},
+            "workarounds": [],
+        }
+
+    def report(cells: list[dict[str, Any]], backends: list[str]) -> str:
+        data = {
+            "schema": "hfexport-report",
+            "schema_version": 3,
+            "hfexport_version": "0.1.0",
+            "created_at": "x",
+            "engine": "hfexport",
+            "repository": {},
+            "pr": {"number": 7, "head_sha": HEAD},
+            "backends": backends,
+            "selection": {"mode": "diff", "model_types": [], "representative": False},
+            "shard": {"index": 1, "count": 1},
+            "cells": cells,
+            "summary": summarize(cells),
+            "exit_code": 1,
+        }
+        return json.dumps(data, separators=(",", ":"))
+
+    squares = [cell(i, f"b{i}") for i in range(30_000)]  # each cell alone in its row and column
+    while len(report(squares, [c["backend"] for c in squares])) > cap:
+        squares = squares[: int(len(squares) * 0.95)]
+    backends = [f"backend{b}" for b in range(16)]
+    widest = [cell(i, backends[i % 16]) for i in range(20_000)]  # the most the limits allow
+    return {
+        "cells x backends": report(squares, [c["backend"] for c in squares]),
+        "at the limits": report(widest, backends),
+        "empty objects": "[" + "{}," * (cap // 3 - 1) + "{}]",
+        "deep": "[" * (cap // 2) + "]" * (cap // 2),
+        "floats": "[" + "1.5," * (cap // 4 - 1) + "1.5]",
+    }
+
+
+# The child reports its own peak resident memory as it exits: VmHWM, the high-water mark of its own address space
+# (ru_maxrss would start from the size of the process that forked it, the test runner, torch and all).
+_MEASURED = (
+    "import atexit, sys\n"
+    "def peak():\n"
+    "    status = open('/proc/self/status').read()\n"
+    "    return int(status.split('VmHWM:')[1].split()[0])\n"
+    "atexit.register(lambda: print('peak-rss-kib', peak(), file=sys.stderr))\n"
+    "from hfexport.cli import main\n"
+    "main(sys.argv[1:], prog_name='hfexport')\n"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak from /proc")
+@pytest.mark.parametrize("kind", ["cells x backends", "at the limits", "empty objects", "deep", "floats"])
+def test_reports_at_the_size_cap_stay_under_300_mb(github, tmp_path, kind):
+    path = tmp_path / "report.json"
+    path.write_text(_bombs()[kind])
+    assert path.stat().st_size <= MAX_REPORT_BYTES
+    command = [sys.executable, "-c", _MEASURED, "comment", str(path), "--backoff", "0.01", "--request-interval", "0"]
+    env = os.environ | _env(github, tmp_path)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    peak = int(lines.pop().removeprefix("peak-rss-kib ")) * 1024
+    assert result.returncode in (0, 2), result.stderr
+    assert "Traceback" not in result.stderr and commands_in(result.stdout + result.stderr) == []
+    assert len(lines) <= 1  # the one line of a refusal, or nothing
+    assert peak < MEMORY_LIMIT, f"{kind}: {peak / 2**20:.0f} MB"
