@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 
 @pytest.fixture(autouse=True)
-def _own_result_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HFEXPORT_CACHE_DIR", str(tmp_path / "result-cache"))
+def _own_result_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Outside the test's own tmp_path, where a test may list what the gate wrote.
+    monkeypatch.setenv("HFEXPORT_CACHE_DIR", str(tmp_path_factory.mktemp("result-cache")))

@@ -63,8 +63,8 @@ def test_hint_for_a_data_dependent_guard_names_the_expression_and_the_fixes() ->
 def test_hint_for_a_specialized_dimension_names_input_dim_and_sizes() -> None:
     # LlamaModel with a branch on input_ids.shape[1] (test_gate.py), at the second shape.
     error = (
-        "model: input 'input_ids' dimension 1 is 11, but the program accepts only 7 (exported with dynamic shapes, "
-        "but tracing specialized it: the model's code fixed this size)"
+        "model: input 'input_ids' dimension 1 has size 11, but the program accepts only size 7 (exported with dynamic "
+        "shapes, but tracing specialized it: the model's code fixed this size)"
     )
     text = hint(failed("LlamaModel", "dynamo", "SpecializedDimension", error, stage="second shape"))
     assert text.startswith("specialized: tracing fixed input `input_ids` dimension 1 to 7, so the export rejects 11")

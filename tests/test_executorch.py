@@ -108,7 +108,7 @@ def test_dynamic_bound_is_lowered_until_planned_memory_fits_the_budget():
 
 def test_static_export_rejects_other_shapes(tmp_path):
     model, _, _, loaded = export_roundtrip("bert", tmp_path)
-    expected = r"'input_ids' dimension 1 is 9, but the program accepts only 7 \(exported static"
+    expected = r"'input_ids' dimension 1 has size 9, but the program accepts only size 7 \(exported static"
     with pytest.raises(ValueError, match=expected):
         loaded(**sample_inputs(model, seq_length=9))
 

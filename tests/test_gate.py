@@ -183,7 +183,7 @@ def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
         frame = cell["frame"]
         assert (frame["file"], frame["line"], frame["text"]) == (LLAMA, line, "if hidden_states.sum() > 1e30:")
     markdown = (out / "report.md").read_text()
-    assert markdown.count("<details>") == 1, markdown  # one cause, one entry
+    assert markdown.count("<details><summary>❌") == 1, markdown  # one cause, one entry
     assert f"· at {LLAMA}:{line}</summary>" in markdown and "breaks 4 checks" in markdown
     assert "data-dependent" in markdown and "torch.\\_check" in markdown
     assert all(name in markdown.split("breaks 4 checks")[1] for name in LLAMA_CLASSES)
@@ -210,7 +210,7 @@ def test_specialized_sequence_length_fails_at_the_second_shape(
         # The traced shape still matches eager: only the second shape (batch 3, length 11) shows the fixed length.
         assert cell["status"] == "fail" and cell["stage"] == "second shape", cell
         assert cell["max_abs_diff"] <= cell["tolerance"]
-        assert "'input_ids' dimension 1 is 11, but the program accepts only 7" in cell["error"]
+        assert "'input_ids' dimension 1 has size 11, but the program accepts only size 7" in cell["error"]
     assert "specialized: tracing fixed input `input_ids` dimension 1 to 7" in output
 
 

@@ -180,7 +180,7 @@ class ModelRunner:
     def check_shapes(self, component: str, flat: list[Any]) -> None:
         """Reject inputs the program was not built for, naming the input, the dimension and why, before the runtime.
 
-        A dynamic dimension must lie within the bounds recorded at export time; any other dimension must equal the
+        A dynamic dimension must not pass the upper bound recorded at export time; any other dimension must equal the
         traced size. Runtimes would otherwise fail with an opaque error, resize past planned memory, or (a program
         whose code baked in a size) run and return wrong values. Exports that predate the record are not checked.
         """
@@ -202,7 +202,8 @@ class ModelRunner:
                 low_high = bounds.get(name, {}).get(str(dim))
                 if low_high is None and size != traced[dim]:
                     raise SpecializedDimension(component, name, dim, traced[dim], size, dynamic)
-                if low_high is not None and not (low_high[0] <= size and (low_high[1] is None or size <= low_high[1])):
+                # Only the upper bound binds: a lower bound of 2 is torch.export's 0/1 rule, the program takes 1 too.
+                if low_high is not None and low_high[1] is not None and size > low_high[1]:
                     raise ExportFailure(
                         f"{component}: input {name!r} dimension {dim} is {size}, outside the exported bounds "
                         f"[{low_high[0]}, {low_high[1]}] ({self.bound_hint})"

@@ -57,7 +57,7 @@ class SpecializedDimension(ExportFailure):
             if dynamic
             else "exported static; export with dynamic=True to vary it"
         )
-        accepts = f"dimension {dim} is {size}, but the program accepts only {traced}"
+        accepts = f"dimension {dim} has size {size}, but the program accepts only size {traced}"
         super().__init__(f"{component}: input {input_name!r} {accepts} ({why})")
 
 

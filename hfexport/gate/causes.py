@@ -13,7 +13,8 @@ from .cells import NOT_A_RESULT, Cell
 
 _DATA_DEPENDENT = re.compile(r"data-dependent expression (?P<expression>.+?)(?: \(|$)")
 _SPECIALIZED = re.compile(
-    r"input '(?P<input>[^']+)' dimension (?P<dim>\d+) is (?P<size>\d+), but the program accepts only (?P<traced>\d+)"
+    r"input '(?P<input>[^']+)' dimension (?P<dim>\d+) has size (?P<size>\d+), but the program accepts only size "
+    r"(?P<traced>\d+)"
 )
 _OP = re.compile(r"\b(?P<op>(?:aten|prims|quantized_decomposed|transformers)[.:]{1,2}[A-Za-z_][\w.]*)")
 _NO_TRANSLATION = ("No ONNX function found", "has no translation", "no lowering", "Unsupported FX nodes")
