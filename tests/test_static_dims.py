@@ -2,8 +2,9 @@
 
 Declared ``Dim.AUTO``, a model's H and W reach its window partition as nested floor-division, Mod and Min expressions
 whose symbolic reasoning took torch.export 30-300 s on tiny models (static: 1-5 s). Where the model's trace pins H
-and W anyway (swin family, sam2, sam3) the image size is declared static and the batch stays dynamic. Each removal
-test stops the trace at the first window partition instead of waiting minutes for it.
+and W anyway (swin family, sam2, sam3) the image size is declared static and the batch stays dynamic; where H and W
+really vary (swin2sr) the padding is written so that the padded size is visibly a multiple of the window. Each
+removal test stops the trace at the first window partition instead of waiting minutes for it.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ def _is_symbolic(size: Any) -> bool:
     return isinstance(size, torch.SymInt)
 
 
+def _has_mod(size: Any) -> bool:
+    return "Mod" in str(size)
+
+
 @pytest.mark.parametrize(("model_class", "module_path", "declaration", "layer"), STATIC_IMAGE_SIZE, ids=IDS)
 def test_static_image_size_is_needed(
     monkeypatch: pytest.MonkeyPatch, model_class: str, module_path: str, declaration: str, layer: str
@@ -137,10 +142,29 @@ def test_swin_batch_stays_dynamic_and_round_trips_at_batch_3(backend: str) -> No
         exported(pixel_values=torch.randn(2, 3, 2 * height, 2 * height))
 
 
+def test_swin2sr_pads_to_a_visible_window_multiple(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swin2SR takes any image size: it stays dynamic, padded so that no Mod reaches the window partition."""
+    module_path = "transformers.models.swin2sr.modeling_swin2sr"
+    model = tiny_model("Swin2SRForImageSuperResolution", seed=0)
+    inputs = sample_inputs(model)
+    with monkeypatch.context() as patched:
+        _without(patched, "_patch_swin2sr_pad_to_window_multiple")
+        _probe(patched, module_path, _batch_height_width, _has_mod)
+        with pytest.raises(ExportStageError, match=r"SymbolicImageSize: window_partition of sizes .*Mod"):
+            _export(model, inputs)
+    exported = _export(model, inputs)
+    assert set(exported.components["model"]["dynamic_dims"]["pixel_values"]) == {"0", "2", "3"}
+    for height, width in [(32, 32), (36, 28), (64, 64)]:
+        pixel_values = torch.randn(3, 3, height, width)
+        with torch.no_grad():
+            expected = model(pixel_values=pixel_values)
+        assert max_abs_diff(exported(pixel_values=pixel_values), expected) < 1e-4
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "model_class",
-    [case[0] for case in STATIC_IMAGE_SIZE],
+    [case[0] for case in STATIC_IMAGE_SIZE] + ["Swin2SRForImageSuperResolution"],
 )
 def test_dynamic_export_within_3x_of_static(model_class: str) -> None:
     """Timed back to back on the same model: a loaded machine slows both exports alike."""

@@ -181,6 +181,23 @@ def _patch_conv1d_padding_from_sizes(original: Callable) -> Callable:
     return forward
 
 
+@register_patch("dynamo", "transformers.models.swin2sr.modeling_swin2sr.Swin2SRModel.pad_and_normalize")
+def _patch_swin2sr_pad_to_window_multiple(original: Callable) -> Callable:
+    # swin2sr (takes any image size): padded by (w - H % w) % w, the size is no visible multiple of the window and each
+    # window view costs torch.export Mod/floor-div reasoning (98 s dynamic, 2 s static); pad to w * ceil(H / w) first.
+    def pad_and_normalize(self: Any, pixel_values: torch.Tensor) -> torch.Tensor:
+        (height, width), window = pixel_values.shape[-2:], self.config.window_size
+        padding = (0, _to_multiple(width, window) - width, 0, _to_multiple(height, window) - height)
+        return original(self, torch.nn.functional.pad(pixel_values, padding, "reflect"))
+
+    return pad_and_normalize
+
+
+def _to_multiple(size: Any, multiple: int) -> Any:
+    """``size`` rounded up to a multiple of ``multiple``, written so that a symbolic size is visibly one."""
+    return (size + multiple - 1) // multiple * multiple
+
+
 # ── Static dims (stage 4) ──
 
 _SWIN, _SWINV2 = "transformers.models.swin.modeling_swin", "transformers.models.swinv2.modeling_swinv2"
