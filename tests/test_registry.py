@@ -27,6 +27,8 @@ from hfexport.exporters.registry import (
     register_onnx_optimizer_skip,
     register_onnx_translation,
     register_patch,
+    register_static_dims,
+    static_dims,
     unresolved_targets,
 )
 
@@ -322,6 +324,26 @@ def test_optimizer_skips_name_model_classes_and_check_resolves_them(isolated_reg
     assert "onnx               5 ONNX IR fixes        optimizer_skip   _skip_optimizer_on_test_bug" in result.output
     assert "why: Stands in for an onnxscript optimizer crash" in result.output
     assert "absent model onnx _skip_optimizer_on_test_bug: transformers.models.no_such_model" in result.output
+
+
+def test_static_dims_apply_to_models_holding_the_class_and_unresolved_classes_are_reported(isolated_registries):
+    @register_static_dims("dynamo", "torch.nn.Conv2d", "torch.nn.NoSuchLayer")
+    def _static_image_size_of_test_layer(name, value):
+        """Stands in for a model whose trace would pin the image size."""
+        return (2, 3) if name == "pixel_values" else ()
+
+    tensors = {"pixel_values": torch.zeros(2, 3, 8, 8), "input_ids": torch.zeros(2, 5)}
+    report = PatchReport()
+    with_conv = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1))
+    assert static_dims("dynamo", with_conv, tensors, report) == {"pixel_values": {2, 3}, "input_ids": set()}
+    assert report.installed == [
+        {"name": "_static_image_size_of_test_layer", "key": "dynamo", "target": "torch.nn.Conv2d"}
+    ]
+    assert [record["target"] for record in report.unresolved] == ["torch.nn.NoSuchLayer"]
+    assert static_dims("dynamo", torch.nn.Linear(2, 2), tensors) == {}
+    assert static_dims("onnx", with_conv, tensors) == {}
+    (declaration,) = registry.all_workarounds("dynamo")
+    assert declaration.stage == "4 dynamic shapes"
 
 
 def test_a_target_defined_by_a_missing_internal_is_absent_with_its_feature_off(isolated_registries, monkeypatch):

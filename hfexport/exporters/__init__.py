@@ -19,6 +19,7 @@ from .registry import (
     register_onnx_optimizer_skip,
     register_onnx_translation,
     register_patch,
+    register_static_dims,
 )
 from .utils import ExportStageError
 
@@ -48,6 +49,7 @@ __all__ = [
     "register_onnx_optimizer_skip",
     "register_onnx_translation",
     "register_patch",
+    "register_static_dims",
     *_LAZY,
 ]
 

@@ -5,7 +5,8 @@
 1. forward-signature patch: ``model.forward`` gets a flat keyword signature while tracing;
 2. model patches: the ``"dynamo"`` workarounds (``workarounds/dynamo.py``), then the backend's own keys' patches;
 3. pytree registration: every ``Cache`` and ``ModelOutput`` type (``pytree.py``);
-4. dynamic shapes: ``Dim.AUTO`` on every input dimension with ``dynamic=True``;
+4. dynamic shapes: ``Dim.AUTO`` on every input dimension with ``dynamic=True``, but those a static-dims declaration
+   keeps static;
 5. state cleanup: attributes a forward caches on a module are cleared for the trace and restored.
 
 Between them torch.export traces the model (``TRACE``): not a stage of hfexport's but the model's own code running,
@@ -18,7 +19,7 @@ import contextlib
 import dataclasses
 import inspect
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from torch.utils._sympy.numbers import int_oo
 from .. import compat
 from .base import ExportConfigMixin, HfExporter
 from .pytree import _spec_types, leaf_names, register_cache_types
-from .registry import PatchReport, apply_patches
+from .registry import PatchReport, apply_patches, merged_records, static_dims
 from .utils import export_stage
 from .workarounds import dynamo as _workarounds  # noqa: F401 - registers the "dynamo" workarounds
 
@@ -78,9 +79,13 @@ class DynamoExporter(HfExporter):
         ):
             with export_stage("dynamo", 3, "pytree registration"):
                 cache_types = register_cache_types()
+            declared = PatchReport()
             dynamic_shapes = config.dynamic_shapes
             if dynamic_shapes is None and config.dynamic:
-                dynamic_shapes = auto_dynamic_shapes(sample_inputs)
+                with export_stage("dynamo", 4, "dynamic shapes"):
+                    tensors = {k: v for k, v in sample_inputs.items() if isinstance(v, torch.Tensor)}
+                    static = static_dims(self.workaround_keys(config), model, tensors, declared)
+                    dynamic_shapes = auto_dynamic_shapes(sample_inputs, self.dynamic_upper_bound(config), static)
             # Tracing runs the model's own code: its failures are the model's, apart from the stages' own.
             with export_stage("dynamo", None, TRACE), stateful_attributes_cleared(model), torch.no_grad():
                 program = torch.export.export(
@@ -90,12 +95,17 @@ class DynamoExporter(HfExporter):
         metadata["cache_types_registered"] = len(cache_types)
         metadata["workarounds"] = {
             "patches": patches.installed,
-            "unresolved": patches.unresolved,
+            "unresolved": merged_records(patches.unresolved, declared.unresolved),
+            "static_dims": declared.installed,
             "fixes": [],
             "disabled": compat.disabled(),  # transformers internals this checkout lacks: what was off
         }
         metadata["timings"] = {"torch.export": round(time.perf_counter() - started, 3)}
         return program, metadata
+
+    def dynamic_upper_bound(self, config: DynamoConfig) -> int | None:
+        """The bound of every automatic dynamic dimension: none here; a backend that plans memory has one."""
+        return None
 
     @classmethod
     def save_program(cls, program: ExportedProgram, path: Path) -> None:
@@ -143,21 +153,27 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 
 # ── Stage 4: Dynamic shapes ──
 # With ``dynamic=True`` every dimension of every tensor input, cache leaves included, gets ``Dim.AUTO``:
-# torch.export keeps what can vary dynamic and specializes the rest. ``DynamoConfig.dynamic_shapes`` overrides it.
+# torch.export keeps what can vary dynamic and specializes the rest. A model whose trace would pin a dimension only
+# after costly symbolic reasoning declares it static instead: ``@register_static_dims("dynamo", "<module class>")``
+# in ``workarounds/dynamo.py``. ``DynamoConfig.dynamic_shapes`` overrides both.
 
 
-def auto_dynamic_shapes(sample_inputs: dict[str, Any], upper_bound: int | None = None) -> dict[str, Any]:
+def auto_dynamic_shapes(
+    sample_inputs: dict[str, Any], upper_bound: int | None = None, static: dict[str, set[int]] | None = None
+) -> dict[str, Any]:
     """``Dim.AUTO`` on every dimension; a pytree-registered object (a cache) gets a list per flattened leaf.
 
     With ``upper_bound`` every dimension is capped at ``max(upper_bound, 2 x traced size)``: a bound always admits
     twice the traced batch and length (an audio length of 10,000 samples too), the second shape the gate runs at.
+    ``static``: the dimensions of top-level input tensors left out (static), by input name.
     """
 
-    def for_value(value: Any) -> Any:
+    def for_value(value: Any, static_dims: Collection[int] = ()) -> Any:
         if isinstance(value, torch.Tensor):
+            dims = [dim for dim in range(value.dim()) if dim not in static_dims]
             if upper_bound is None:
-                return dict.fromkeys(range(value.dim()), Dim.AUTO)
-            return {dim: Dim.AUTO(max=max(upper_bound, 2 * size)) for dim, size in enumerate(value.shape)}
+                return dict.fromkeys(dims, Dim.AUTO)
+            return {dim: Dim.AUTO(max=max(upper_bound, 2 * value.shape[dim])) for dim in dims}
         if isinstance(value, (list, tuple)):
             return type(value)(for_value(v) for v in value)
         if isinstance(value, dict):
@@ -166,7 +182,8 @@ def auto_dynamic_shapes(sample_inputs: dict[str, Any], upper_bound: int | None =
             return [for_value(leaf) for leaf in pytree.tree_leaves(value)]
         return None
 
-    return {name: for_value(value) for name, value in sample_inputs.items()}
+    static = static or {}
+    return {name: for_value(value, static.get(name, ())) for name, value in sample_inputs.items()}
 
 
 # ── Stage 5: State cleanup ──

@@ -39,7 +39,7 @@ from executorch.exir import (  # noqa: E402
 )
 from torch.export import ExportedProgram  # noqa: E402
 
-from .exporter_dynamo import DynamoConfig, DynamoExporter, auto_dynamic_shapes  # noqa: E402
+from .exporter_dynamo import DynamoConfig, DynamoExporter  # noqa: E402
 from .registry import (  # noqa: E402
     LOWERING_SWAP,
     PatchReport,
@@ -111,8 +111,7 @@ class ExecutorchExporter(DynamoExporter):
         # ExecuTorch plans memory for the largest shape a program accepts: every dynamic dimension needs a bound.
         bound, budget = config.dynamic_upper_bound, config.planned_memory_budget_gib
         while True:
-            shapes = auto_dynamic_shapes(sample_inputs, bound)
-            bounded = dataclasses.replace(config, dynamic_shapes=shapes)
+            bounded = dataclasses.replace(config, dynamic_upper_bound=bound)
             program, metadata = self._trace_and_lower(model, sample_inputs, bounded, partitioners)
             planned = metadata["planned_memory_bytes"]
             if budget is None or planned <= budget * 2**30 or bound <= _SMALLEST_AUTOMATIC_BOUND:
@@ -121,6 +120,10 @@ class ExecutorchExporter(DynamoExporter):
             message = "ExecuTorch: dynamic upper bound %d plans %.1f GiB (budget %.1f GiB); exporting again with %d"
             logger.warning(message, bound, planned / 2**30, budget, lower)
             bound = lower
+
+    def dynamic_upper_bound(self, config: ExecutorchConfig) -> int | None:
+        """ExecuTorch plans memory for the largest shape a program accepts: every dynamic dimension needs a bound."""
+        return config.dynamic_upper_bound
 
     def _trace_and_lower(
         self, model: torch.nn.Module, sample_inputs: dict[str, Any], config: ExecutorchConfig, partitioners: list

@@ -34,6 +34,7 @@ PROGRAM_FIX = "fx_program_fix"
 ONNX_TRANSLATION = "onnx_translation"
 IR_FIX = "ir_fix"
 OPTIMIZER_SKIP = "optimizer_skip"
+STATIC_DIMS = "static_dims"
 
 Keys = str | Sequence[str]
 
@@ -76,6 +77,7 @@ class Workaround:
 # Where each kind of workaround runs, per backend (the "# ── Stage N" banners of each exporter module).
 _STAGES = {
     ("dynamo", PATCH): "2 model patches",
+    ("dynamo", STATIC_DIMS): "4 dynamic shapes",
     ("onnx", PATCH): "1 torch patches",
     ("onnx", NODE_FIX): "3 FX node fixes",
     ("onnx", ONNX_TRANSLATION): "4 ONNX translations",
@@ -152,6 +154,13 @@ def register_onnx_optimizer_skip(*class_paths: str) -> Callable[[Callable], Call
     if not class_paths:
         raise ValueError("register_onnx_optimizer_skip needs at least one model class path")
     return _registering("onnx", OPTIMIZER_SKIP, class_paths)
+
+
+def register_static_dims(key: str, *module_paths: str) -> Callable[[Callable], Callable]:
+    """Register ``dims(input_name, value) -> dims`` kept static in models holding a module of a class at these paths."""
+    if not module_paths:
+        raise ValueError("register_static_dims needs at least one module class path")
+    return _registering(key, STATIC_DIMS, module_paths)
 
 
 def registered(keys: Keys, kind: str) -> list[Workaround]:
@@ -348,6 +357,38 @@ def onnx_translation_table(keys: Keys, report: PatchReport | None = None) -> dic
 def optimizer_skips(keys: Keys, class_path: str) -> list[Workaround]:
     """The optimizer skips of ``keys`` that name the model class at ``class_path``."""
     return [workaround for workaround in registered(keys, OPTIMIZER_SKIP) if class_path in workaround.targets]
+
+
+def static_dims(
+    keys: Keys, model: Any, tensors: dict[str, Any], report: PatchReport | None = None
+) -> dict[str, set[int]]:
+    """``{input name: dims}`` of the input ``tensors`` that the static-dims declarations of ``keys`` keep static.
+
+    A declaration applies when one of ``model``'s modules is an instance of one of its classes; it is recorded in
+    ``report.installed`` (under the class it matched), a class path that does not resolve in ``report.unresolved``.
+    """
+    report = report if report is not None else PatchReport()
+    module_types = {type(module) for module in model.modules()}
+    static: dict[str, set[int]] = {}
+    for workaround in registered(keys, STATIC_DIMS):
+        matched = [path for path in workaround.targets if _held_class(path, module_types, workaround, report)]
+        if not matched:
+            continue
+        report.installed.append(_record(workaround, matched[0]))
+        for name, value in tensors.items():
+            static.setdefault(name, set()).update(workaround.function(name, value))
+    return static
+
+
+def _held_class(path: str, module_types: set[type], workaround: Workaround, report: PatchReport) -> bool:
+    """Whether a module of ``module_types`` is an instance of the class at ``path``; an unresolved path is reported."""
+    try:
+        module_class = resolve(path)
+    except UnresolvedPathError as error:
+        logger.warning("static dims %s (%s) not applied: %s", workaround.name, workaround.key, error)
+        report.unresolved.append(_record(workaround, path))
+        return False
+    return any(issubclass(module_type, module_class) for module_type in module_types)
 
 
 # ── Running fixes ──

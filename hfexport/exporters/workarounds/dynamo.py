@@ -2,7 +2,7 @@
 
 A patch here swaps model (or torch) code torch.export cannot trace, or cannot save, for an export-safe equivalent,
 for the duration of one export (``DynamoExporter``'s stage 2). Model patches only ONNX and ExecuTorch need are in
-``lowered.py``.
+``lowered.py``. The static-dims declarations at the end keep input dimensions static (stage 4, every backend).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..registry import register_patch
+from ..registry import register_patch, register_static_dims
 
 
 @register_patch("dynamo", "torch.nn.functional.scaled_dot_product_attention")
@@ -179,3 +179,56 @@ def _patch_conv1d_padding_from_sizes(original: Callable) -> Callable:
         return self.norm(hidden_states) if getattr(self, "norm_type", None) == "time_group_norm" else hidden_states
 
     return forward
+
+
+@register_patch("dynamo", "transformers.models.swin2sr.modeling_swin2sr.Swin2SRModel.pad_and_normalize")
+def _patch_swin2sr_pad_to_window_multiple(original: Callable) -> Callable:
+    # swin2sr (takes any image size): padded by (w - H % w) % w, the size is no visible multiple of the window and each
+    # window view costs torch.export Mod/floor-div reasoning (98 s dynamic, 2 s static); pad to w * ceil(H / w) first.
+    def pad_and_normalize(self: Any, pixel_values: torch.Tensor) -> torch.Tensor:
+        (height, width), window = pixel_values.shape[-2:], self.config.window_size
+        padding = (0, _to_multiple(width, window) - width, 0, _to_multiple(height, window) - height)
+        return original(self, torch.nn.functional.pad(pixel_values, padding, "reflect"))
+
+    return pad_and_normalize
+
+
+def _to_multiple(size: Any, multiple: int) -> Any:
+    """``size`` rounded up to a multiple of ``multiple``, written so that a symbolic size is visibly one."""
+    return (size + multiple - 1) // multiple * multiple
+
+
+# ── Static dims (stage 4) ──
+
+_SWIN, _SWINV2 = "transformers.models.swin.modeling_swin", "transformers.models.swinv2.modeling_swinv2"
+_DONUT, _MASKFORMER = (
+    "transformers.models.donut.modeling_donut_swin",
+    "transformers.models.maskformer.modeling_maskformer_swin",
+)
+
+
+@register_static_dims(
+    "dynamo",
+    f"{_SWIN}.SwinLayer",
+    f"{_SWINV2}.Swinv2Layer",
+    f"{_DONUT}.DonutSwinLayer",
+    f"{_MASKFORMER}.MaskFormerSwinLayer",
+)
+def _static_image_size_of_window_partition(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # swin family: a dynamic H/W turns padding to window multiples and window_partition's views into nested floor-div,
+    # Mod and Min expressions (30-280 s of sympy in torch.export), and the pad/window-clamp branches pin H/W anyway.
+    return _image_size(name, value)
+
+
+@register_static_dims(
+    "dynamo", "transformers.models.sam2.modeling_sam2.Sam2Model", "transformers.models.sam3.modeling_sam3.Sam3Model"
+)
+def _static_image_size_of_sam(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # sam2, sam3: window partitions of a dynamic H/W cost sympy time (sam2 over 300 s, sam3 28 s, static 5 s), then the
+    # trace pins H/W anyway (sam2 views its features at backbone_feature_sizes, sam3 guards (3 + W // 8) // 4 == 1).
+    return _image_size(name, value)
+
+
+def _image_size(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    """The height and width dims of a (batch, channels, height, width) ``pixel_values``."""
+    return (2, 3) if name == "pixel_values" and value.dim() == 4 else ()

@@ -1,0 +1,178 @@
+"""Window-partition models export dynamic in about the time of a static export.
+
+Declared ``Dim.AUTO``, a model's H and W reach its window partition as nested floor-division, Mod and Min expressions
+whose symbolic reasoning took torch.export 30-300 s on tiny models (static: 1-5 s). Where the model's trace pins H
+and W anyway (swin family, sam2, sam3) the image size is declared static and the batch stays dynamic; where H and W
+really vary (swin2sr) the padding is written so that the padded size is visibly a multiple of the window. Each
+removal test stops the trace at the first window partition instead of waiting minutes for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any
+
+import pytest
+import torch
+from support import max_abs_diff
+
+from hfexport.exporters import (
+    AutoExportConfig,
+    AutoHfExporter,
+    ExportStageError,
+    exporter_dynamo,  # noqa: F401  (registers the workarounds taken out below)
+    registry,
+)
+from hfexport.exporters.utils import SpecializedDimension
+from hfexport.tiny_models import sample_inputs, tiny_model
+
+# (model class, the module whose window_partition it calls, the declaration, the module class it matches)
+STATIC_IMAGE_SIZE = [
+    (
+        "SwinForImageClassification",
+        "transformers.models.swin.modeling_swin",
+        "_static_image_size_of_window_partition",
+        "SwinLayer",
+    ),
+    (
+        "Swinv2ForImageClassification",
+        "transformers.models.swinv2.modeling_swinv2",
+        "_static_image_size_of_window_partition",
+        "Swinv2Layer",
+    ),
+    (
+        "DonutSwinModel",
+        "transformers.models.donut.modeling_donut_swin",
+        "_static_image_size_of_window_partition",
+        "DonutSwinLayer",
+    ),
+    (
+        "MaskFormerSwinModel",
+        "transformers.models.maskformer.modeling_maskformer_swin",
+        "_static_image_size_of_window_partition",
+        "MaskFormerSwinLayer",
+    ),
+    ("Sam2Model", "transformers.models.sam2.modeling_sam2", "_static_image_size_of_sam", "Sam2Model"),
+    ("Sam3Model", "transformers.models.sam3.modeling_sam3", "_static_image_size_of_sam", "Sam3Model"),
+]
+IDS = [case[0] for case in STATIC_IMAGE_SIZE]
+
+
+class SymbolicImageSize(Exception):
+    """Raised by a probe where a window partition gets (or makes) a height or width it should not."""
+
+
+def _export(model: torch.nn.Module, inputs: dict, backend: str = "dynamo", dynamic: bool = True):
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": dynamic})
+    return AutoHfExporter.from_config(config).export(model, inputs, config)
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    kept = [w for w in registry._REGISTRY["dynamo"] if w.name not in names]
+    assert len(kept) == len(registry._REGISTRY["dynamo"]) - len(names), names
+    monkeypatch.setitem(registry._REGISTRY, "dynamo", kept)
+
+
+def _probe(monkeypatch: pytest.MonkeyPatch, module_path: str, sizes: Any, bad: Any) -> list:
+    """Wrap ``module_path.window_partition``: record ``sizes(input)``; a size ``bad`` holds for stops the trace there,
+    before the slow views run."""
+    module = importlib.import_module(module_path)
+    original, seen = module.window_partition, []
+
+    def window_partition(hidden_state: torch.Tensor, *args: Any) -> Any:
+        seen.append(sizes(hidden_state))
+        if any(bad(size) for size in seen[-1]):
+            raise SymbolicImageSize(f"window_partition of sizes {seen[-1]}")
+        return original(hidden_state, *args)
+
+    monkeypatch.setattr(module, "window_partition", window_partition)
+    return seen
+
+
+def _batch_height_width(hidden_state: torch.Tensor) -> tuple:
+    return tuple(hidden_state.shape[:3])
+
+
+def _is_symbolic(size: Any) -> bool:
+    return isinstance(size, torch.SymInt)
+
+
+def _has_mod(size: Any) -> bool:
+    return "Mod" in str(size)
+
+
+@pytest.mark.parametrize(("model_class", "module_path", "declaration", "layer"), STATIC_IMAGE_SIZE, ids=IDS)
+def test_static_image_size_is_needed(
+    monkeypatch: pytest.MonkeyPatch, model_class: str, module_path: str, declaration: str, layer: str
+) -> None:
+    """Without the declaration H and W reach the window partition symbolic (then minutes of sympy)."""
+    model = tiny_model(model_class, seed=0)
+    inputs = sample_inputs(model)
+    with monkeypatch.context() as patched:
+        _without(patched, declaration)
+        _probe(patched, module_path, lambda hidden_state: tuple(hidden_state.shape[1:3]), _is_symbolic)
+        with pytest.raises(ExportStageError, match="SymbolicImageSize: window_partition of sizes"):
+            _export(model, inputs)
+    seen = _probe(monkeypatch, module_path, _batch_height_width, lambda _: False)
+    exported = _export(model, inputs)
+    assert seen and all(_is_symbolic(b) and isinstance(h, int) and isinstance(w, int) for b, h, w in seen)
+    component = exported.components["model"]
+    assert component["dynamic_dims"]["pixel_values"] == {"0": [2, None]}
+    assert component["workarounds"]["static_dims"] == [
+        {"name": declaration, "key": "dynamo", "target": f"{module_path}.{layer}"}
+    ]
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx", "executorch"])
+def test_swin_batch_stays_dynamic_and_round_trips_at_batch_3(backend: str) -> None:
+    pytest.importorskip({"dynamo": "torch", "onnx": "onnxruntime", "executorch": "executorch"}[backend])
+    model = tiny_model("SwinForImageClassification", seed=0)
+    inputs = sample_inputs(model)
+    exported = _export(model, inputs, backend)
+    assert list(exported.components["model"]["dynamic_dims"]) == ["pixel_values"]
+    assert list(exported.components["model"]["dynamic_dims"]["pixel_values"]) == ["0"]
+    for batch in (2, 3):
+        second = sample_inputs(model, seed=1, batch_size=batch)
+        with torch.no_grad():
+            expected = model(**second)
+        assert max_abs_diff(exported(**second).logits, expected.logits) < 1e-4
+    height = inputs["pixel_values"].shape[2]
+    with pytest.raises(SpecializedDimension, match=f"dimension 2 is {2 * height}, but the program accepts only"):
+        exported(pixel_values=torch.randn(2, 3, 2 * height, 2 * height))
+
+
+def test_swin2sr_pads_to_a_visible_window_multiple(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swin2SR takes any image size: it stays dynamic, padded so that no Mod reaches the window partition."""
+    module_path = "transformers.models.swin2sr.modeling_swin2sr"
+    model = tiny_model("Swin2SRForImageSuperResolution", seed=0)
+    inputs = sample_inputs(model)
+    with monkeypatch.context() as patched:
+        _without(patched, "_patch_swin2sr_pad_to_window_multiple")
+        _probe(patched, module_path, _batch_height_width, _has_mod)
+        with pytest.raises(ExportStageError, match=r"SymbolicImageSize: window_partition of sizes .*Mod"):
+            _export(model, inputs)
+    exported = _export(model, inputs)
+    assert set(exported.components["model"]["dynamic_dims"]["pixel_values"]) == {"0", "2", "3"}
+    for height, width in [(32, 32), (36, 28), (64, 64)]:
+        pixel_values = torch.randn(3, 3, height, width)
+        with torch.no_grad():
+            expected = model(pixel_values=pixel_values)
+        assert max_abs_diff(exported(pixel_values=pixel_values), expected) < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model_class",
+    [case[0] for case in STATIC_IMAGE_SIZE] + ["Swin2SRForImageSuperResolution"],
+)
+def test_dynamic_export_within_3x_of_static(model_class: str) -> None:
+    """Timed back to back on the same model: a loaded machine slows both exports alike."""
+    model = tiny_model(model_class, seed=0)
+    inputs = sample_inputs(model)
+    seconds = []
+    for dynamic in (False, True):
+        started = time.perf_counter()
+        _export(model, inputs, dynamic=dynamic)
+        seconds.append(time.perf_counter() - started)
+    assert seconds[1] <= 3 * seconds[0], seconds
