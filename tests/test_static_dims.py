@@ -138,7 +138,7 @@ def test_swin_batch_stays_dynamic_and_round_trips_at_batch_3(backend: str) -> No
             expected = model(**second)
         assert max_abs_diff(exported(**second).logits, expected.logits) < 1e-4
     height = inputs["pixel_values"].shape[2]
-    with pytest.raises(SpecializedDimension, match=f"dimension 2 is {2 * height}, but the program accepts only"):
+    with pytest.raises(SpecializedDimension, match=f"dimension 2 has size {2 * height}, but the program accepts only"):
         exported(pixel_values=torch.randn(2, 3, 2 * height, 2 * height))
 
 
