@@ -92,3 +92,28 @@ def test_a_tool_error_cell_records_the_hfexport_frame() -> None:
     record = checks.frame_record(failure.frame, None, failure.workaround)
     assert record["file"] == "hfexport/compat.py"
     assert record["function"] == "resolve_path" and record["text"].startswith("raise UnresolvedPathError")
+
+
+def test_second_shape_skips_what_the_model_cannot_run_but_reports_our_builders_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hfexport import tiny_models
+
+    model = tiny_models.tiny_model("BertModel", seed=0)
+    inputs = tiny_models.sample_inputs(model)
+    cell: dict = {}
+
+    def refuses_batch_3(**kwargs):
+        raise RuntimeError("this model only takes batch 2")
+
+    original = model.forward
+    model.forward = refuses_batch_3
+    checks._check_second_shape(model, inputs, original, 1e-4, cell, {})
+    assert cell["second_shape"]["status"] == "skipped"
+
+    # A shape hfexport's input builder refuses to make (its own ValueError): a tool error, never a skip.
+    model.forward = original
+    monkeypatch.setattr(checks, "SECOND_SHAPE", {"batch_size": 1, "seq_length": 11})
+    with pytest.raises(checks.CellFailure) as raised:
+        checks._check_second_shape(model, inputs, original, 1e-4, {}, {})
+    assert raised.value.status == "tool_error" and raised.value.stage == "second shape"

@@ -349,7 +349,8 @@ def _check(
 def _check_second_shape(
     model: Any, inputs: dict[str, Any], loaded: Callable, tolerance: float, cell: dict[str, Any], timings
 ) -> None:
-    """The export at ``SECOND_SHAPE`` must match eager there too; a shape eager itself cannot run is skipped."""
+    """The export at ``SECOND_SHAPE`` must match eager there too; a shape the model itself cannot run is skipped,
+    one hfexport's input builder fails to make is a tool error."""
     import torch
 
     from hfexport import tiny_models
@@ -359,6 +360,8 @@ def _check_second_shape(
         with torch.no_grad():
             expected = model(**copy.deepcopy(second))
     except Exception as error:
+        if blame(error).owner == "hfexport":
+            raise CellFailure("second shape", error) from error  # our input builder broke: a tool error, not a skip
         cell["second_shape"] = {"status": "skipped", "detail": f"eager does not run there: {first_line(error)[:200]}"}
         return
     shapes = {
