@@ -50,6 +50,8 @@ class CellFailure(Exception):
         found = blame(error)
         if isinstance(cause, MemoryError) or _out_of_memory(cause):
             self.status = "oom"
+        elif building and _listed_unrunnable(cause):
+            self.status = "not_checked"
         elif found.owner == "hfexport":
             self.status = "tool_error"
         else:
@@ -67,6 +69,13 @@ class CellFailure(Exception):
         if self.workaround and self.status == "fail":
             return f"{self.step} · in hfexport's {self.workaround}"
         return self.step
+
+
+def _listed_unrunnable(error: BaseException) -> bool:
+    # The builder refuses a class of tiny_models.UNRUNNABLE on purpose: not hfexport's failure, the model's limit here.
+    from hfexport.tiny_models import UnrunnableModelError
+
+    return isinstance(error, UnrunnableModelError)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

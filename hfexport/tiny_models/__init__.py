@@ -10,17 +10,25 @@ Everything is built from config classes: nothing is downloaded. The package read
 """
 
 from ..families import CORE_MODEL_TYPES
-from .classes import UnknownModelError, all_model_types, model_classes_for_type, resolve_model_class
+from .classes import (
+    UnknownModelError,
+    UnrunnableModelError,
+    all_model_types,
+    model_classes_for_type,
+    resolve_model_class,
+)
 from .configs import tester_config, tiny_config
 from .inputs import sample_inputs
 from .models import load_local_model, tiny_model
-from .tables import ALTERNATE_CONFIGS, HIDDEN
+from .tables import ALTERNATE_CONFIGS, HIDDEN, UNRUNNABLE
 
 __all__ = [
     "ALTERNATE_CONFIGS",
     "CORE_MODEL_TYPES",
     "HIDDEN",
+    "UNRUNNABLE",
     "UnknownModelError",
+    "UnrunnableModelError",
     "all_model_types",
     "load_local_model",
     "model_classes_for_type",

@@ -22,6 +22,10 @@ class UnknownModelError(ValueError):
     """Raised when a name is neither a model type nor a model class of the installed transformers."""
 
 
+class UnrunnableModelError(RuntimeError):
+    """Raised for a class of ``tables.UNRUNNABLE``: no tiny model of it runs eagerly here (the reason says why)."""
+
+
 def _mapping(name: str) -> dict[str, str | tuple[str, ...]]:
     return getattr(modeling_auto, name, {})
 

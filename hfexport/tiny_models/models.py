@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from transformers import AutoConfig, PreTrainedModel
 
-from .classes import resolve_model_class
+from .classes import UnrunnableModelError, resolve_model_class
 from .configs import tiny_config
+from .tables import UNRUNNABLE
 
 
 def tiny_model(
@@ -17,6 +18,8 @@ def tiny_model(
 ) -> PreTrainedModel:
     """Build a seeded, random-weight, float32 tiny model in eval mode (``overrides``: see ``tiny_config``)."""
     model_class = resolve_model_class(name)
+    if model_class.__name__ in UNRUNNABLE:
+        raise UnrunnableModelError(f"{model_class.__name__}: {UNRUNNABLE[model_class.__name__]}")
     config = tiny_config(model_class.__name__, checkout=checkout, overrides=overrides)
     torch.manual_seed(seed)
     try:
