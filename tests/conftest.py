@@ -1,11 +1,54 @@
-"""Every test starts with an empty result cache of its own: no test's outcome comes from another test's run."""
+"""Suite-wide settings: each test's own result cache, and the slowest tests started first.
+
+Slowest first: with two xdist workers, a long test started last keeps one worker busy while the other idles, so
+tests run in the order of the call times recorded in ``durations.json`` (longest first; tests not recorded last).
+Refresh it after adding or speeding up a slow test: ``python -m pytest --record-durations``.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+
+DURATIONS = Path(__file__).with_name("durations.json")
+_RECORDED: dict[str, float] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write each test's setup + call + teardown seconds to {DURATIONS.name} (the order the suite runs in)",
+    )
+
+
+def _test_id(nodeid: str) -> str:
+    # xdist appends the group to grouped tests' ids ("...::test@wheels").
+    return nodeid.split("@", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    items.sort(key=lambda item: -known.get(_test_id(item.nodeid), 0.0))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _RECORDED[_test_id(report.nodeid)] = _RECORDED.get(_test_id(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if not config.getoption("--record-durations") or hasattr(config, "workerinput"):
+        return  # the controller (or a run without xdist) writes the file, from every worker's reports
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    known.update({test: round(seconds, 1) for test, seconds in _RECORDED.items()})
+    DURATIONS.write_text(json.dumps(dict(sorted(known.items(), key=lambda kv: -kv[1])), indent=0) + "\n")
 
 
 @pytest.fixture(autouse=True)
 def _own_result_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with an empty result cache of its own: no test's outcome comes from another test's run."""
     # Outside the test's own tmp_path, where a test may list what the gate wrote.
     monkeypatch.setenv("HFEXPORT_CACHE_DIR", str(tmp_path_factory.mktemp("result-cache")))
