@@ -221,13 +221,29 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "autoformer": {"prediction_length": 4, "num_time_features": 1, "label_length": 2},
     "informer": {"prediction_length": 4, "num_time_features": 1},
     "time_series_transformer": {"prediction_length": 4, "num_time_features": 1},
+    # Queries are viewed with the key/value head count: the model only runs multi-head attention.
+    "moonshine": {"encoder_num_key_value_heads": HEADS, "decoder_num_key_value_heads": HEADS},
+    # M-RoPE takes rotary dims four at a time: a quarter of the tiny head_dim (2 dims) is too few.
+    "neomme": {
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+        }
+    },
+    # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
+    "paddleocr_vl_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [2, 1, 1]}},
 }
 
 # ── Classes no tiny model stands in for ──
 # Model class -> why no small config runs it eagerly here (a package the project cannot install, an input only a
 # runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
 # cells as not checked, with it.
-UNRUNNABLE: dict[str, str] = {}
+_TIMM = "a timm model: timm needs torchvision, which does not install beside the project's torch"
+UNRUNNABLE: dict[str, str] = {
+    "TimmBackbone": _TIMM,
+    "TimmWrapperModel": _TIMM,
+    "TimmWrapperForImageClassification": _TIMM,
+}
 
 # ── Alternate configs ──
 # A second tiny config for a representative class of each family: constructor arguments applied on top of the shrunk
