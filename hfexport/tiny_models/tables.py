@@ -230,6 +230,20 @@ OVERRIDES: dict[str, dict[str, Any]] = {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
         }
     },
+    # The decoder's attention reads a key/value head count only the encoder's config declares.
+    "moonshine_streaming": {"num_key_value_heads": HEADS},
+    # The query-sparse indexer is left to checkpoints, but its layers read its sizes.
+    "qwen4_exp_text": {
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": HEAD_DIM,
+        "indexer_budget": 4,
+        "indexer_compress_ratio": 2,
+    },
+    # Sliding-attention layers with the window left to checkpoints.
+    "step3p5": {"sliding_window": 4},
+    # Only the encoder-decoder config hands its dropout rate down: the encoder on its own reads it from here.
+    "t5gemma2_text": {"dropout_rate": 0.0},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
     "paddleocr_vl_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [2, 1, 1]}},
 }
