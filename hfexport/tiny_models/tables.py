@@ -67,9 +67,12 @@ HIDDEN_KEYS = frozenset(
     }
 )
 INTERMEDIATE_KEYS = frozenset({"ffn_dim", "d_ff", "n_inner", "hidden_dim"})
-LAYER_KEYS = frozenset({"num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers"})
+# "depth" as a number is a layer count (vision towers); as a list, per-stage block counts (DEPTH_LIST_KEYS).
+LAYER_KEYS = frozenset({"num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "depth"})
 HEAD_KEYS = frozenset({"n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"})
-KV_HEAD_KEYS = frozenset({"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"})
+KV_HEAD_KEYS = frozenset(
+    {"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num", "num_key_value_heads_per_layer"}
+)
 HEAD_DIM_KEYS = frozenset(
     {
         "head_dim",
@@ -244,6 +247,15 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "step3p5": {"sliding_window": 4},
     # Only the encoder-decoder config hands its dropout rate down: the encoder on its own reads it from here.
     "t5gemma2_text": {"dropout_rate": 0.0},
+    # The thinker's M-RoPE indexing reads the vision start token, which only the talker's config declares (an id
+    # above the remapped special tokens at the top of the tiny vocabulary).
+    "qwen2_5_omni_thinker": {"vision_start_token_id": VOCAB - 16},
+    "qwen3_omni_moe_thinker": {"vision_start_token_id": VOCAB - 16},
+    # Full-attention blocks are named by layer index; windows are in pixels, at least one merged patch (2 x 8).
+    "qwen2_5_vl_vision": {"fullatt_block_indexes": [1], "window_size": 16},
+    "qwen2_5_omni_vision_encoder": {"fullatt_block_indexes": [1], "window_size": 16},
+    # Full-attention layers at both ends, the rest windowed: one of each end in two layers.
+    "sapiens2": {"num_first_full_attention_layers": 1, "num_last_full_attention_layers": 1},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
     "paddleocr_vl_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [2, 1, 1]}},
 }
