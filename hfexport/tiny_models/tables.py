@@ -256,8 +256,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "qwen2_5_omni_vision_encoder": {"fullatt_block_indexes": [1], "window_size": 16},
     # Full-attention layers at both ends, the rest windowed: one of each end in two layers.
     "sapiens2": {"num_first_full_attention_layers": 1, "num_last_full_attention_layers": 1},
+    # The adapter reads the 25th and 19th vision layers; the tiny tower has two.
+    "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
-    "paddleocr_vl_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [2, 1, 1]}},
+    "paddleocr_vl_text": {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [2, 1, 1]}
+    },
 }
 
 # ── Classes no tiny model stands in for ──
