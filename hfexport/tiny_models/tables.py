@@ -256,6 +256,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "qwen2_5_omni_vision_encoder": {"fullatt_block_indexes": [1], "window_size": 16},
     # Full-attention layers at both ends, the rest windowed: one of each end in two layers.
     "sapiens2": {"num_first_full_attention_layers": 1, "num_last_full_attention_layers": 1},
+    # The FPN upscales the 4 x 4 patch grid of a 32-pixel image by 4, 2 and 1: the mask decoder reads these sizes.
+    "sam3_vision_model": {"backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
+    # The yes/no logits are read at full-size vocabulary ids: any two ids of the tiny vocabulary.
+    "shieldgemma2": {"yes_token_index": 1, "no_token_index": 2},
+    # The cache's state sizes round the query/key and value widths up to multiples of 64, the layers do not: widths
+    # of exactly 64 agree.
+    "xlstm": {"hidden_size": 2 * HIDDEN, "embedding_dim": 2 * HIDDEN, "qk_dim_factor": 1.0},
     # The adapter reads the 25th and 19th vision layers; the tiny tower has two.
     "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
