@@ -219,6 +219,16 @@ def _derived_by_constructor(config_cls: type[PretrainedConfig], key: str, value:
     return bare is None or bare.get(key) == value
 
 
+def _without_timm(config_cls: type[PretrainedConfig], key: str, sub_config: PretrainedConfig) -> PretrainedConfig:
+    """A timm sub-config (timm does not install here) replaced by the transformers default its parent declares."""
+    spec = getattr(config_cls, "sub_configs_defaults", {}).get(key)
+    model_type = getattr(spec, "model_type", None)
+    if not sub_config.model_type.startswith("timm") or not model_type or model_type.startswith("timm"):
+        return sub_config
+    # A bare config would rebuild the timm backbone it falls back to for old checkpoints (DETR-like detectors).
+    return AutoConfig.for_model(model_type, **spec.init_kwargs)
+
+
 def _shrink_config(
     config: PretrainedConfig, token_ids: _TokenIds, outer_widths: dict[int, int] | None = None
 ) -> dict[str, Any]:
@@ -237,6 +247,7 @@ def _shrink_config(
         # Read the stored value: per-layer configs (gemma4) refuse plain attribute access to per-layer fields.
         attribute = vars(config).get(key)
         if isinstance(attribute, PretrainedConfig):
+            attribute = _without_timm(config_cls, key, attribute)
             kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids, widths)}
             continue
         if key in declared and _follows_outer_width(key, value, outer_widths or {}):
@@ -262,8 +273,17 @@ def _shrink_config(
         kwargs[key] = shrunk
     kwargs.update({k: v for k, v in FORCED.items() if k in declared})
     _make_consistent(config_cls, kwargs, original)
-    kwargs.update(OVERRIDES.get(config.model_type, {}))
+    kwargs.update({key: _override_value(value) for key, value in OVERRIDES.get(config.model_type, {}).items()})
     return kwargs
+
+
+def _override_value(value: Any) -> Any:
+    # A sub-config swapped for another model type is built here: configs whose sub-config class is fixed (PE video's
+    # timm wrapper) would read a dict as one of theirs.
+    if isinstance(value, dict) and "model_type" in value:
+        sub_config = dict(value)
+        return CONFIG_MAPPING[sub_config.pop("model_type")](**sub_config)
+    return value
 
 
 # ── Completing configs ──

@@ -148,6 +148,16 @@ DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
 FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
 # Config entries that are bookkeeping, not architecture: the constructor sets them itself.
 SKIPPED_KEYS = frozenset({"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype"})
+# A tiny transformers ViT standing in for vision towers that default to timm (which does not install here).
+_TINY_VIT = {
+    "model_type": "vit",
+    "hidden_size": HIDDEN,
+    "intermediate_size": INTERMEDIATE,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+    "image_size": IMAGE_SIZE,
+    "patch_size": PATCH_SIZE,
+}
 # Per model type, what generic shrinking cannot derive (applies to sub-configs of that type too).
 OVERRIDES: dict[str, dict[str, Any]] = {
     # The attention pattern is expanded from (pattern, repeats) pairs to one entry per layer.
@@ -263,6 +273,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The cache's state sizes round the query/key and value widths up to multiples of 64, the layers do not: widths
     # of exactly 64 agree.
     "xlstm": {"hidden_size": 2 * HIDDEN, "embedding_dim": 2 * HIDDEN, "qk_dim_factor": 1.0},
+    # timm vision towers: the video encoder reads an image classifier's logits, PerceptionLM a vision model's
+    # hidden states (its projector reads timm's model_args for their width).
+    "pe_video_encoder": {"vision_config": _TINY_VIT},
+    "perception_lm": {"vision_config": {**_TINY_VIT, "model_args": {"embed_dim": HIDDEN}}},
     # The adapter reads the 25th and 19th vision layers; the tiny tower has two.
     "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
