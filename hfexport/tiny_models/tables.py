@@ -277,6 +277,16 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # hidden states (its projector reads timm's model_args for their width).
     "pe_video_encoder": {"vision_config": _TINY_VIT},
     "perception_lm": {"vision_config": {**_TINY_VIT, "model_args": {"embed_dim": HIDDEN}}},
+    # The hybrid encoder reads the tiny HGNetV2 stages' widths (16, 32, 64, 64: the last three, and the first for the
+    # mask features); the decoder reads the encoder's width.
+    "pp_doclayout_v3": {
+        "encoder_in_channels": [HIDDEN, 2 * HIDDEN, 2 * HIDDEN],
+        "encoder_hidden_dim": HIDDEN,
+        "decoder_in_channels": [HIDDEN] * 3,
+        "x4_feat_dim": HIDDEN // 2,
+        "mask_feature_channels": [HIDDEN, HIDDEN],
+        "global_pointer_head_size": HIDDEN // 2,
+    },
     # The adapter reads the 25th and 19th vision layers; the tiny tower has two.
     "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
