@@ -149,6 +149,11 @@ BUILDER_GAINS = [
     "Wav2Vec2ConformerForCTC",  # vocab_size unset by default
     "Wav2Vec2BertForCTC",  # vocab_size unset; features sized by feature_projection_input_dim
     "ReformerForMaskedLM",  # axial position embedding halves add up to hidden_size
+    "TableTransformerModel",  # timm backbone by default: the declared ResNet default instead
+    "PerceptionLMModel",  # timm vision tower: a tiny ViT instead
+    "PocketTTSModel",  # flow head's condition_dim sized to the backbone's width
+    "NemotronH_Omni_Reasoning_V3",  # video patch size handed down to the vision tower kept
+    "Qwen2_5_VisionTransformerPretrainedModel",  # numeric depth uncapped; windows in pixels
 ]
 
 

@@ -7,6 +7,7 @@ architectures of the installed transformers build without a per-model recipe; ``
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import logging
@@ -179,19 +180,78 @@ def _make_consistent(config_cls: type[PretrainedConfig], kwargs: dict[str, Any],
         kwargs["rope_parameters"] = {**rope, "mrope_section": _mrope_section(rope)}
 
 
-def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, Any]:
-    """Return constructor kwargs for a tiny version of ``config`` (sub-configs as nested dicts)."""
+def _outer_widths(original: dict[str, Any]) -> dict[int, int]:
+    """Full-size widths of a config's model (hidden_size, ...) -> their tiny values, for its sub-configs to follow."""
+    widths = {}
+    for key, value in original.items():
+        if isinstance(value, int) and not isinstance(value, bool) and _int_cap(key) == HIDDEN and value > HIDDEN:
+            widths.setdefault(value, HIDDEN)
+    return widths
+
+
+def _follows_outer_width(key: str, value: Any, outer_widths: dict[int, int]) -> bool:
+    # A sub-config entry no cap names but equal to the outer model's width is sized to it (a flow head's
+    # condition_dim conditioned on the backbone's hidden states): it must shrink with it.
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value in outer_widths
+        and _int_cap(key) is None
+        and key.endswith(("_dim", "_size", "_channels"))
+    )
+
+
+@functools.cache
+def _bare_defaults(config_cls: type[PretrainedConfig]) -> dict[str, Any] | None:
+    """The entries of ``config_cls()``, or None when it cannot be built without arguments."""
+    try:
+        return config_cls().to_dict()
+    except Exception:
+        return None
+
+
+def _derived_by_constructor(config_cls: type[PretrainedConfig], key: str, value: Any) -> bool:
+    # Declared None and set by the constructor (head_dim, ...): derived, unless a bare config sets another value, i.e.
+    # an outer config handed it down (the video patch size a vision tower shares with its model).
+    if _declared_default(config_cls, key) is not None:
+        return False
+    bare = _bare_defaults(config_cls)
+    return bare is None or bare.get(key) == value
+
+
+def _without_timm(config_cls: type[PretrainedConfig], key: str, sub_config: PretrainedConfig) -> PretrainedConfig:
+    """A timm sub-config (timm does not install here) replaced by the transformers default its parent declares."""
+    spec = getattr(config_cls, "sub_configs_defaults", {}).get(key)
+    model_type = getattr(spec, "model_type", None)
+    if not sub_config.model_type.startswith("timm") or not model_type or model_type.startswith("timm"):
+        return sub_config
+    # A bare config would rebuild the timm backbone it falls back to for old checkpoints (DETR-like detectors).
+    return AutoConfig.for_model(model_type, **spec.init_kwargs)
+
+
+def _shrink_config(
+    config: PretrainedConfig, token_ids: _TokenIds, outer_widths: dict[int, int] | None = None
+) -> dict[str, Any]:
+    """Return constructor kwargs for a tiny version of ``config`` (sub-configs as nested dicts).
+
+    ``outer_widths``: the widths of the config this one is nested in (see ``_outer_widths``).
+    """
     config_cls = type(config)
     declared = _declared_keys(config_cls)
     original = config.to_dict()
     old_layers = _original_layers(original)
     new_layers = min(old_layers, LAYERS) if old_layers else None
+    widths = _outer_widths(original)
     kwargs: dict[str, Any] = {}
     for key, value in original.items():
         # Read the stored value: per-layer configs (gemma4) refuse plain attribute access to per-layer fields.
         attribute = vars(config).get(key)
         if isinstance(attribute, PretrainedConfig):
-            kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids)}
+            attribute = _without_timm(config_cls, key, attribute)
+            kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids, widths)}
+            continue
+        if key in declared and _follows_outer_width(key, value, outer_widths or {}):
+            kwargs[key] = outer_widths[value]
             continue
         if key == "out_indices" and value:
             kwargs[key] = value  # derived by default, but set by outer configs: clamped in _make_consistent
@@ -208,14 +268,22 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, 
             kwargs[key] = VOCAB
             continue
         shrunk = _shrink_value(key, value, token_ids)
-        if shrunk is value and value is not None and _declared_default(config_cls, key) is None:
-            # Defaulted to None and filled in by the constructor (head_dim, ...): let it redo that.
-            continue
+        if shrunk is value and value is not None and _derived_by_constructor(config_cls, key, value):
+            continue  # let the constructor derive it again from the tiny sizes
         kwargs[key] = shrunk
     kwargs.update({k: v for k, v in FORCED.items() if k in declared})
     _make_consistent(config_cls, kwargs, original)
-    kwargs.update(OVERRIDES.get(config.model_type, {}))
+    kwargs.update({key: _override_value(value) for key, value in OVERRIDES.get(config.model_type, {}).items()})
     return kwargs
+
+
+def _override_value(value: Any) -> Any:
+    # A sub-config swapped for another model type is built here: configs whose sub-config class is fixed (PE video's
+    # timm wrapper) would read a dict as one of theirs.
+    if isinstance(value, dict) and "model_type" in value:
+        sub_config = dict(value)
+        return CONFIG_MAPPING[sub_config.pop("model_type")](**sub_config)
+    return value
 
 
 # ── Completing configs ──

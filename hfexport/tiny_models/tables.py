@@ -67,9 +67,12 @@ HIDDEN_KEYS = frozenset(
     }
 )
 INTERMEDIATE_KEYS = frozenset({"ffn_dim", "d_ff", "n_inner", "hidden_dim"})
-LAYER_KEYS = frozenset({"num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers"})
+# "depth" as a number is a layer count (vision towers); as a list, per-stage block counts (DEPTH_LIST_KEYS).
+LAYER_KEYS = frozenset({"num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "depth"})
 HEAD_KEYS = frozenset({"n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"})
-KV_HEAD_KEYS = frozenset({"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"})
+KV_HEAD_KEYS = frozenset(
+    {"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num", "num_key_value_heads_per_layer"}
+)
 HEAD_DIM_KEYS = frozenset(
     {
         "head_dim",
@@ -145,6 +148,16 @@ DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
 FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
 # Config entries that are bookkeeping, not architecture: the constructor sets them itself.
 SKIPPED_KEYS = frozenset({"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype"})
+# A tiny transformers ViT standing in for vision towers that default to timm (which does not install here).
+_TINY_VIT = {
+    "model_type": "vit",
+    "hidden_size": HIDDEN,
+    "intermediate_size": INTERMEDIATE,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": HEADS,
+    "image_size": IMAGE_SIZE,
+    "patch_size": PATCH_SIZE,
+}
 # Per model type, what generic shrinking cannot derive (applies to sub-configs of that type too).
 OVERRIDES: dict[str, dict[str, Any]] = {
     # The attention pattern is expanded from (pattern, repeats) pairs to one entry per layer.
@@ -221,13 +234,77 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "autoformer": {"prediction_length": 4, "num_time_features": 1, "label_length": 2},
     "informer": {"prediction_length": 4, "num_time_features": 1},
     "time_series_transformer": {"prediction_length": 4, "num_time_features": 1},
+    # Queries are viewed with the key/value head count: the model only runs multi-head attention.
+    "moonshine": {"encoder_num_key_value_heads": HEADS, "decoder_num_key_value_heads": HEADS},
+    # M-RoPE takes rotary dims four at a time: a quarter of the tiny head_dim (2 dims) is too few.
+    "neomme": {
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+        }
+    },
+    # The decoder's attention reads a key/value head count only the encoder's config declares.
+    "moonshine_streaming": {"num_key_value_heads": HEADS},
+    # The query-sparse indexer is left to checkpoints, but its layers read its sizes.
+    "qwen4_exp_text": {
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": HEAD_DIM,
+        "indexer_budget": 4,
+        "indexer_compress_ratio": 2,
+    },
+    # Sliding-attention layers with the window left to checkpoints.
+    "step3p5": {"sliding_window": 4},
+    # Only the encoder-decoder config hands its dropout rate down: the encoder on its own reads it from here.
+    "t5gemma2_text": {"dropout_rate": 0.0},
+    # The thinker's M-RoPE indexing reads the vision start token, which only the talker's config declares (an id
+    # above the remapped special tokens at the top of the tiny vocabulary).
+    "qwen2_5_omni_thinker": {"vision_start_token_id": VOCAB - 16},
+    "qwen3_omni_moe_thinker": {"vision_start_token_id": VOCAB - 16},
+    # Full-attention blocks are named by layer index; windows are in pixels, at least one merged patch (2 x 8).
+    "qwen2_5_vl_vision": {"fullatt_block_indexes": [1], "window_size": 16},
+    "qwen2_5_omni_vision_encoder": {"fullatt_block_indexes": [1], "window_size": 16},
+    # Full-attention layers at both ends, the rest windowed: one of each end in two layers.
+    "sapiens2": {"num_first_full_attention_layers": 1, "num_last_full_attention_layers": 1},
+    # The FPN upscales the 4 x 4 patch grid of a 32-pixel image by 4, 2 and 1: the mask decoder reads these sizes.
+    "sam3_vision_model": {"backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
+    # The yes/no logits are read at full-size vocabulary ids: any two ids of the tiny vocabulary.
+    "shieldgemma2": {"yes_token_index": 1, "no_token_index": 2},
+    # The cache's state sizes round the query/key and value widths up to multiples of 64, the layers do not: widths
+    # of exactly 64 agree.
+    "xlstm": {"hidden_size": 2 * HIDDEN, "embedding_dim": 2 * HIDDEN, "qk_dim_factor": 1.0},
+    # timm vision towers: the video encoder reads an image classifier's logits, PerceptionLM a vision model's
+    # hidden states (its projector reads timm's model_args for their width).
+    "pe_video_encoder": {"vision_config": _TINY_VIT},
+    "perception_lm": {"vision_config": {**_TINY_VIT, "model_args": {"embed_dim": HIDDEN}}},
+    # The hybrid encoder reads the tiny HGNetV2 stages' widths (16, 32, 64, 64: the last three, and the first for the
+    # mask features); the decoder reads the encoder's width.
+    "pp_doclayout_v3": {
+        "encoder_in_channels": [HIDDEN, 2 * HIDDEN, 2 * HIDDEN],
+        "encoder_hidden_dim": HIDDEN,
+        "decoder_in_channels": [HIDDEN] * 3,
+        "x4_feat_dim": HIDDEN // 2,
+        "mask_feature_channels": [HIDDEN, HIDDEN],
+        "global_pointer_head_size": HIDDEN // 2,
+    },
+    # The adapter reads the 25th and 19th vision layers; the tiny tower has two.
+    "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
+    # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
+    "paddleocr_vl_text": {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [2, 1, 1]}
+    },
 }
 
 # ── Classes no tiny model stands in for ──
 # Model class -> why no small config runs it eagerly here (a package the project cannot install, an input only a
 # runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
 # cells as not checked, with it.
-UNRUNNABLE: dict[str, str] = {}
+_TIMM = "a timm model: timm needs torchvision, which does not install beside the project's torch"
+UNRUNNABLE: dict[str, str] = {
+    "TimmBackbone": _TIMM,
+    "TimmWrapperModel": _TIMM,
+    "TimmWrapperForImageClassification": _TIMM,
+}
 
 # ── Alternate configs ──
 # A second tiny config for a representative class of each family: constructor arguments applied on top of the shrunk
