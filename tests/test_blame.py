@@ -87,6 +87,14 @@ def test_statuses_follow_the_owner_and_the_step() -> None:
     assert _cell_failure("compare", mismatch).status == "fail"
 
 
+def test_a_class_no_tiny_model_runs_is_not_checked_with_its_reason() -> None:
+    from hfexport import tiny_models
+
+    failure = _cell_failure("build", tiny_models.tiny_model, "TimmWrapperModel", building=True)
+    assert failure.status == "not_checked"
+    assert failure.first_line == f"TimmWrapperModel: {tiny_models.UNRUNNABLE['TimmWrapperModel']}"
+
+
 def test_a_tool_error_cell_records_the_hfexport_frame() -> None:
     failure = _cell_failure("build", compat.resolve, "transformers.nope.X", building=True)
     record = checks.frame_record(failure.frame, None, failure.workaround)

@@ -368,3 +368,17 @@ def test_the_base_checkout_leaves_the_users_worktree_records_alone(tmp_path: Pat
     assert (repo / "file.py").read_text() == "second\n"  # the working tree and its index untouched
     status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout
     assert status.strip() == "M file.py"
+
+
+def test_a_class_no_tiny_model_runs_is_reported_not_checked_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hfexport.tiny_models import UNRUNNABLE
+
+    out = tmp_path / "report"
+    args = ["check", "--models", "TimmWrapperModel", "--backends", "dynamo", "--no-generation"]
+    code, output = _run([*args, "--report-dir", str(out)], tmp_path, monkeypatch)
+    assert code == 0, output
+    (cell,) = json.loads((out / "report.json").read_text())["cells"]
+    assert (cell["status"], cell["stage"]) == ("not_checked", "build")
+    assert cell["error"] == f"TimmWrapperModel: {UNRUNNABLE['TimmWrapperModel']}"
