@@ -37,6 +37,7 @@ from .tables import (
     SKIPPED_KEYS,
     STAGE_WIDTH_LIST_KEYS,
     SUFFIX_CAPS,
+    TIMM_BACKBONE_STANDIN,
     VOCAB,
 )
 
@@ -179,6 +180,16 @@ def _make_consistent(config_cls: type[PretrainedConfig], kwargs: dict[str, Any],
         kwargs["rope_parameters"] = {**rope, "mrope_section": _mrope_section(rope)}
 
 
+def _timm_backbone_standin(timm_config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, Any]:
+    # timm cannot be installed beside this torch: a tiny transformers backbone reads the same levels instead.
+    standin = CONFIG_MAPPING[TIMM_BACKBONE_STANDIN]()
+    kwargs = _shrink_config(standin, token_ids)
+    kwargs["num_channels"] = timm_config.num_channels
+    kwargs["out_indices"] = list(timm_config.out_indices or [len(standin.depths)])
+    kwargs.pop("out_features", None)
+    return {"model_type": TIMM_BACKBONE_STANDIN, **kwargs}
+
+
 def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, Any]:
     """Return constructor kwargs for a tiny version of ``config`` (sub-configs as nested dicts)."""
     config_cls = type(config)
@@ -190,6 +201,9 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, 
     for key, value in original.items():
         # Read the stored value: per-layer configs (gemma4) refuse plain attribute access to per-layer fields.
         attribute = vars(config).get(key)
+        if isinstance(attribute, PretrainedConfig) and attribute.model_type == "timm_backbone":
+            kwargs[key] = _timm_backbone_standin(attribute, token_ids)
+            continue
         if isinstance(attribute, PretrainedConfig):
             kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids)}
             continue

@@ -143,6 +143,9 @@ STAGE_WIDTH_LIST_KEYS = frozenset({"hidden_sizes", "embed_dim", "embedding_dims"
 DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
 # Switches that would need optional dependencies or downloads (timm, pretrained backbones).
 FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
+# What stands in for a timm backbone sub-config (DETR's default ResNet-50): the transformers model of the same family,
+# which reads the same levels (out_indices) and needs no timm.
+TIMM_BACKBONE_STANDIN = "resnet"
 # Config entries that are bookkeeping, not architecture: the constructor sets them itself.
 SKIPPED_KEYS = frozenset({"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype"})
 # Per model type, what generic shrinking cannot derive (applies to sub-configs of that type too).
