@@ -173,9 +173,15 @@ def _make_consistent(config_cls: type[PretrainedConfig], kwargs: dict[str, Any],
         stages = len(depths) if isinstance(depths, list | tuple) else kwargs.get("num_hidden_layers")
         if stages:
             kwargs["out_indices"] = sorted({min(index, stages) for index in kwargs["out_indices"]})
+    if {"window_size", "spatial_merge_size", "patch_size"} <= kwargs.keys():
+        # Qwen2.5-VL-like towers attend within windows of window_size pixels: at least two merged patches wide.
+        kwargs["window_size"] = max(kwargs["window_size"], 2 * kwargs["spatial_merge_size"] * kwargs["patch_size"])
     rope = kwargs.get("rope_parameters", original.get("rope_parameters"))
-    if isinstance(rope, dict) and (
-        "mrope_section" in rope or "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ())
+    # An empty rope dict (per-layer rope left to the layers, cohere_compass) has no section to split.
+    if (
+        isinstance(rope, dict)
+        and rope
+        and ("mrope_section" in rope or "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ()))
     ):
         kwargs["rope_parameters"] = {**rope, "mrope_section": _mrope_section(rope)}
 
@@ -228,7 +234,10 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, 
         kwargs[key] = shrunk
     kwargs.update({k: v for k, v in FORCED.items() if k in declared})
     _make_consistent(config_cls, kwargs, original)
-    kwargs.update(OVERRIDES.get(config.model_type, {}))
+    for key, value in OVERRIDES.get(config.model_type, {}).items():
+        # An override of a sub-config names only the entries it changes: the rest stay shrunk.
+        nested = isinstance(value, dict) and isinstance(kwargs.get(key), dict) and "model_type" in kwargs[key]
+        kwargs[key] = {**kwargs[key], **value} if nested else value
     return kwargs
 
 

@@ -224,13 +224,51 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "autoformer": {"prediction_length": 4, "num_time_features": 1, "label_length": 2},
     "informer": {"prediction_length": 4, "num_time_features": 1},
     "time_series_transformer": {"prediction_length": 4, "num_time_features": 1},
+    # Multi-head attention only: key/value heads must equal the query heads.
+    "esmc": {"num_key_value_heads": HEADS},
+    # The last stage's width is the hidden size; the stages' widths and block counts are left to the constructor.
+    "efficientloftr": {"out_features": [16, 16, 32, HIDDEN], "stage_num_blocks": [1, 1, 1, 1]},
+    # The adaptor's feed-forward is a quarter of the language model's width.
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
+    # The flow head is conditioned on the backbone's hidden states.
+    "gradium_phonon_tts": {"flow_head_config": {"condition_dim": HIDDEN}},
+    # Windows tile the image: a perfect square whose side divides the patch grid of a tiny image.
+    "lw_detr_vit": {"num_windows": 4},
+    # The default leaves the dense/sparse pattern to checkpoints: one layer of each.
+    "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},
+    # Likewise the expert counts and sizes (every layer routes).
+    "diffusion_gemma_text": {"num_experts": EXPERTS, "top_k_experts": EXPERTS_PER_TOKEN, "moe_intermediate_size": INTERMEDIATE},
+    # EfficientNet blocks with unscaled widths and depths, the last stage as wide as the projection (the image
+    # embeddings are the tower's pooled channels, compared with projected text as they are).
+    "align_vision_model": {
+        "width_coefficient": 1.0,
+        "depth_coefficient": 1.0,
+        "in_channels": [HIDDEN, 16, 16, 16, 16, 16, 16],
+        "out_channels": [16, 16, 16, 16, 16, 16, HIDDEN],
+    },
+    # Rope is per layer type and left to checkpoints (the default is empty); multimodal sections of HEAD_DIM // 2.
+    "cohere_compass_text": {
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}
+    },
 }
 
 # ── Classes no tiny model stands in for ──
 # Model class -> why no small config runs it eagerly here (a package the project cannot install, an input only a
 # runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
 # cells as not checked, with it.
-UNRUNNABLE: dict[str, str] = {}
+UNRUNNABLE: dict[str, str] = {
+    "Gemma4AssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer reusing"
+    " them (what the assistant config enforces) fails Gemma4TextConfig.kv_sharing_modes (no producing layer)",
+    "Gemma4UnifiedAssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer"
+    " reusing them fails Gemma4UnifiedTextConfig.kv_sharing_modes (no producing layer)",
+    "DinatForImageClassification": "its neighborhood attention needs natten, which this project does not install",
+    "LayoutLMv2Model": "its visual backbone is a detectron2 model, which this project does not install",
+    "EdgeTamModel": "its vision backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
+    "EdgeTamVisionModel": "its backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
+    "Gemma3nForConditionalGeneration": "its vision tower is a timm_wrapper (MobileNetV5) called with timm-only"
+    " arguments (do_pooling); timm needs torchvision, which breaks beside this torch",
+    "FastVlmModel": "its vision tower is a timm_wrapper (FastViT), whose hybrid feature map only timm produces",
+}
 
 # ── Alternate configs ──
 # A second tiny config for a representative class of each family: constructor arguments applied on top of the shrunk
