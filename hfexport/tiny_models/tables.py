@@ -234,6 +234,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "gradium_phonon_tts": {"flow_head_config": {"condition_dim": HIDDEN}},
     # Windows tile the image: a perfect square whose side divides the patch grid of a tiny image.
     "lw_detr_vit": {"num_windows": 4},
+    # The feature levels the projector makes are left to checkpoints (none by default, which leaves nothing to decode).
+    "lw_detr": {"projector_scale_factors": [1.0]},
     # The default leaves the dense/sparse pattern to checkpoints: one layer of each.
     "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},
     # Likewise the expert counts and sizes (every layer routes).
@@ -246,6 +248,20 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "in_channels": [HIDDEN, 16, 16, 16, 16, 16, 16],
         "out_channels": [16, 16, 16, 16, 16, 16, HIDDEN],
     },
+    # The image-token mapping is left to checkpoints: only the placeholder id, for text-only forwards.
+    "chameleon": {"vocabulary_map": {"<image>": VOCAB - 1}},
+    # Which vision layer feeds which language layer is left to checkpoints: one pair, within the tiny depths.
+    # The projector's layout is left to checkpoints: one vision-to-language layer pair, the four spatial offset
+    # groups within the tiny language model, windows of 2x2 patches; its Q-Former has vision_config.hidden_size // 64
+    # heads: one needs a 64-wide vision tower.
+    "granite4_vision": {
+        "deepstack_layer_map": [[1, 0]],
+        "spatial_target_layers": [0, 1, 0, 1],
+        "downsample_rate": "1/2",
+        "vision_config": {"hidden_size": 2 * HIDDEN},
+    },
+    # Likewise the vision tower's attention has hidden_size // 64 heads.
+    "bridgetower_vision_model": {"hidden_size": 2 * HIDDEN},
     # Rope is per layer type and left to checkpoints (the default is empty); multimodal sections of HEAD_DIM // 2.
     "cohere_compass_text": {
         "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}
