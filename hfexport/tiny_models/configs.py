@@ -32,6 +32,7 @@ from .tables import (
     HIDDEN,
     KV_HEAD_KEYS,
     KV_HEADS,
+    LAYER_INDEX_LIST_KEYS,
     LAYERS,
     OVERRIDES,
     SKIPPED_KEYS,
@@ -111,6 +112,8 @@ def _shrink_list(key: str, values: list[int] | tuple[int, ...]) -> list[int] | t
         return type(values)(min(v, 16 * 2**i, 64) for i, v in enumerate(values))
     if key in DEPTH_LIST_KEYS:
         return type(values)(1 for _ in values)
+    if key in LAYER_INDEX_LIST_KEYS:
+        return type(values)(min(v, LAYERS - 1) for v in values)
     if _int_cap(key) == HEADS:
         # Per-stage heads must divide per-stage widths, which double from stage to stage.
         return type(values)(min(v, 2**i) for i, v in enumerate(values))

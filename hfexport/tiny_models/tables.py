@@ -49,6 +49,8 @@ MAIN_HEAD_MAPPINGS = (
 HIDDEN_KEYS = frozenset(
     {
         "hidden_size",
+        # BLT's local models read the global transformer's width.
+        "hidden_size_global",
         "d_model",
         "n_embd",
         "n_embed",
@@ -141,6 +143,8 @@ CAPS = {
 CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim"})
 STAGE_WIDTH_LIST_KEYS = frozenset({"hidden_sizes", "embed_dim", "embedding_dims"})
 DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
+# Indices of the layers whose hidden states an outer model reads (depth_pro's fusion of its encoder's layers).
+LAYER_INDEX_LIST_KEYS = frozenset({"intermediate_hook_ids"})
 # Switches that would need optional dependencies or downloads (timm, pretrained backbones).
 FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
 # What stands in for a timm backbone sub-config (DETR's default ResNet-50): the transformers model of the same family,
@@ -262,6 +266,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     # Likewise the vision tower's attention has hidden_size // 64 heads.
     "bridgetower_vision_model": {"hidden_size": 2 * HIDDEN},
+    # Its cache is sized from the outer config, which has no layer count (only its sub-configs do): no cache.
+    "blt": {"use_cache": False},
     # Rope is per layer type and left to checkpoints (the default is empty); multimodal sections of HEAD_DIM // 2.
     "cohere_compass_text": {
         "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}
