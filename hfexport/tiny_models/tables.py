@@ -268,6 +268,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "bridgetower_vision_model": {"hidden_size": 2 * HIDDEN},
     # Its cache is sized from the outer config, which has no layer count (only its sub-configs do): no cache.
     "blt": {"use_cache": False},
+    # Its rotary sections pair height with width (the modeling code's default, [22, 22, 20]): equal first two.
+    "ernie4_5_vl_moe_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [1, 1, 2]}},
     # Rope is per layer type and left to checkpoints (the default is empty); multimodal sections of HEAD_DIM // 2.
     "cohere_compass_text": {
         "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}
