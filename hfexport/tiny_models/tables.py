@@ -270,6 +270,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "blt": {"use_cache": False},
     # Its rotary sections pair height with width (the modeling code's default, [22, 22, 20]): equal first two.
     "ernie4_5_vl_moe_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [1, 1, 2]}},
+    # Its projection assumes as many mel bins as the first conv has channels (128 and 128): sample inputs' 80.
+    "gemma4_audio": {"subsampling_conv_channels": [80, HIDDEN]},
     # Rope is per layer type and left to checkpoints (the default is empty); multimodal sections of HEAD_DIM // 2.
     "cohere_compass_text": {
         "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}
