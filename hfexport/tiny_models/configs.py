@@ -199,11 +199,16 @@ def _timm_backbone_standin(timm_config: PretrainedConfig, token_ids: _TokenIds) 
     return {"model_type": TIMM_BACKBONE_STANDIN, **kwargs}
 
 
-def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, Any]:
-    """Return constructor kwargs for a tiny version of ``config`` (sub-configs as nested dicts)."""
+def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds, backbone: bool = False) -> dict[str, Any]:
+    """Return constructor kwargs for a tiny version of ``config`` (sub-configs as nested dicts).
+
+    A ``backbone`` keeps all its stages: the outer model reads several of its levels (Mask2Former three).
+    """
     config_cls = type(config)
     declared = _declared_keys(config_cls)
     original = config.to_dict()
+    depths = original.get("depths")
+    stages = len(depths) if backbone and isinstance(depths, list | tuple) else None
     old_layers = _original_layers(original)
     new_layers = min(old_layers, LAYERS) if old_layers else None
     kwargs: dict[str, Any] = {}
@@ -214,14 +219,22 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds) -> dict[str, 
             kwargs[key] = _timm_backbone_standin(attribute, token_ids)
             continue
         if isinstance(attribute, PretrainedConfig):
-            kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids)}
+            sub_kwargs = _shrink_config(attribute, token_ids, backbone=key == "backbone_config")
+            kwargs[key] = {"model_type": attribute.model_type, **sub_kwargs}
             continue
         if key == "out_indices" and value:
             kwargs[key] = value  # derived by default, but set by outer configs: clamped in _make_consistent
             continue
         if key in SKIPPED_KEYS or key not in declared:
             continue
-        if isinstance(value, list) and old_layers and new_layers and len(value) == old_layers > new_layers:
+        per_stage = stages is not None and isinstance(value, list) and len(value) == stages
+        if (
+            isinstance(value, list)
+            and old_layers
+            and new_layers
+            and len(value) == old_layers > new_layers
+            and not per_stage
+        ):
             # One entry per layer (layer_types, ...): derived or not, it must match the new layer count. Per-stage
             # sizes (swin's depths and num_heads) are then shrunk like any list, or heads stop dividing widths.
             kwargs[key] = _shrink_value(key, _shrink_layer_list(value, new_layers), token_ids)

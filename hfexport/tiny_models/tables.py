@@ -243,7 +243,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The default leaves the dense/sparse pattern to checkpoints: one layer of each.
     "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},
     # Likewise the expert counts and sizes (every layer routes).
-    "diffusion_gemma_text": {"num_experts": EXPERTS, "top_k_experts": EXPERTS_PER_TOKEN, "moe_intermediate_size": INTERMEDIATE},
+    "diffusion_gemma_text": {
+        "num_experts": EXPERTS,
+        "top_k_experts": EXPERTS_PER_TOKEN,
+        "moe_intermediate_size": INTERMEDIATE,
+    },
     # EfficientNet blocks with unscaled widths and depths, the last stage as wide as the projection (the image
     # embeddings are the tower's pooled channels, compared with projected text as they are).
     "align_vision_model": {
@@ -269,12 +273,16 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Its cache is sized from the outer config, which has no layer count (only its sub-configs do): no cache.
     "blt": {"use_cache": False},
     # Its rotary sections pair height with width (the modeling code's default, [22, 22, 20]): equal first two.
-    "ernie4_5_vl_moe_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [1, 1, 2]}},
+    "ernie4_5_vl_moe_text": {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [1, 1, 2]}
+    },
     # Its projection assumes as many mel bins as the first conv has channels (128 and 128): sample inputs' 80.
     "gemma4_audio": {"subsampling_conv_channels": [80, HIDDEN]},
     # Rope is per layer type and left to checkpoints (the default is empty); multimodal sections of HEAD_DIM // 2.
     "cohere_compass_text": {
-        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
+        }
     },
 }
 
