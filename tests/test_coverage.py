@@ -149,6 +149,12 @@ BUILDER_GAINS = [
     "Wav2Vec2ConformerForCTC",  # vocab_size unset by default
     "Wav2Vec2BertForCTC",  # vocab_size unset; features sized by feature_projection_input_dim
     "ReformerForMaskedLM",  # axial position embedding halves add up to hidden_size
+    "DetrModel",  # a tiny ResNet stands in for the default timm backbone
+    "Mask2FormerModel",  # its Swin backbone keeps the four stages whose levels the pixel decoder reads
+    "AlignModel",  # EfficientNet tower's last stage as wide as the text projection
+    "BltForCausalLM",  # hidden_size_global is a width; no cache (sized from the layerless outer config)
+    "DepthProModel",  # fusion hooks within the tiny encoder's layers
+    "CohereCompassForCausalLM",  # per-layer-type rope left to checkpoints
 ]
 
 

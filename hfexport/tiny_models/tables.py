@@ -248,13 +248,18 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "top_k_experts": EXPERTS_PER_TOKEN,
         "moe_intermediate_size": INTERMEDIATE,
     },
-    # EfficientNet blocks with unscaled widths and depths, the last stage as wide as the projection (the image
-    # embeddings are the tower's pooled channels, compared with projected text as they are).
+    # Two EfficientNet stages of unscaled widths and depths, the last as wide as the projection (the image embeddings
+    # are the tower's pooled channels, compared with projected text as they are); seven stages of tiny random blocks
+    # shrink the activations below what the embeddings' float32 norm can square.
     "align_vision_model": {
         "width_coefficient": 1.0,
         "depth_coefficient": 1.0,
-        "in_channels": [HIDDEN, 16, 16, 16, 16, 16, 16],
-        "out_channels": [16, 16, 16, 16, 16, 16, HIDDEN],
+        "kernel_sizes": [3, 3],
+        "in_channels": [HIDDEN, 16],
+        "out_channels": [16, HIDDEN],
+        "strides": [1, 2],
+        "num_block_repeats": [1, 1],
+        "expand_ratios": [1, 6],
     },
     # The image-token mapping is left to checkpoints: only the placeholder id, for text-only forwards.
     "chameleon": {"vocabulary_map": {"<image>": VOCAB - 1}},
