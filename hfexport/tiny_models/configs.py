@@ -227,14 +227,8 @@ def _shrink_config(config: PretrainedConfig, token_ids: _TokenIds, backbone: boo
             continue
         if key in SKIPPED_KEYS or key not in declared:
             continue
-        per_stage = stages is not None and isinstance(value, list) and len(value) == stages
-        if (
-            isinstance(value, list)
-            and old_layers
-            and new_layers
-            and len(value) == old_layers > new_layers
-            and not per_stage
-        ):
+        per_layer = isinstance(value, list) and old_layers and new_layers and len(value) == old_layers > new_layers
+        if per_layer and len(value) != stages:
             # One entry per layer (layer_types, ...): derived or not, it must match the new layer count. Per-stage
             # sizes (swin's depths and num_heads) are then shrunk like any list, or heads stop dividing widths.
             kwargs[key] = _shrink_value(key, _shrink_layer_list(value, new_layers), token_ids)
