@@ -154,6 +154,12 @@ BUILDER_GAINS = [
     "PocketTTSModel",  # flow head's condition_dim sized to the backbone's width
     "NemotronH_Omni_Reasoning_V3",  # video patch size handed down to the vision tower kept
     "Qwen2_5_VisionTransformerPretrainedModel",  # numeric depth uncapped; windows in pixels
+    "DetrModel",  # timm backbone by default: the declared ResNet default instead
+    "Mask2FormerModel",  # its Swin backbone keeps the four stages whose levels the pixel decoder reads
+    "AlignModel",  # EfficientNet tower's last stage as wide as the text projection
+    "BltForCausalLM",  # hidden_size_global is a width; no cache (sized from the layerless outer config)
+    "DepthProModel",  # fusion hooks within the tiny encoder's layers
+    "CohereCompassForCausalLM",  # per-layer-type rope left to checkpoints
 ]
 
 

@@ -33,6 +33,7 @@ from .tables import (
     HIDDEN,
     KV_HEAD_KEYS,
     KV_HEADS,
+    LAYER_INDEX_LIST_KEYS,
     LAYERS,
     OVERRIDES,
     SKIPPED_KEYS,
@@ -111,6 +112,8 @@ def _shrink_list(key: str, values: list[int] | tuple[int, ...]) -> list[int] | t
         return type(values)(min(v, 16 * 2**i, 64) for i, v in enumerate(values))
     if key in DEPTH_LIST_KEYS:
         return type(values)(1 for _ in values)
+    if key in LAYER_INDEX_LIST_KEYS:
+        return type(values)(min(v, LAYERS - 1) for v in values)
     if _int_cap(key) == HEADS:
         # Per-stage heads must divide per-stage widths, which double from stage to stage.
         return type(values)(min(v, 2**i) for i, v in enumerate(values))
@@ -173,9 +176,15 @@ def _make_consistent(config_cls: type[PretrainedConfig], kwargs: dict[str, Any],
         stages = len(depths) if isinstance(depths, list | tuple) else kwargs.get("num_hidden_layers")
         if stages:
             kwargs["out_indices"] = sorted({min(index, stages) for index in kwargs["out_indices"]})
+    if {"window_size", "spatial_merge_size", "patch_size"} <= kwargs.keys():
+        # Qwen2.5-VL-like towers attend within windows of window_size pixels: at least two merged patches wide.
+        kwargs["window_size"] = max(kwargs["window_size"], 2 * kwargs["spatial_merge_size"] * kwargs["patch_size"])
     rope = kwargs.get("rope_parameters", original.get("rope_parameters"))
-    if isinstance(rope, dict) and (
-        "mrope_section" in rope or "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ())
+    # An empty rope dict (per-layer rope left to the layers, cohere_compass) has no section to split.
+    if (
+        isinstance(rope, dict)
+        and rope
+        and ("mrope_section" in rope or "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ()))
     ):
         kwargs["rope_parameters"] = {**rope, "mrope_section": _mrope_section(rope)}
 
@@ -230,15 +239,21 @@ def _without_timm(config_cls: type[PretrainedConfig], key: str, sub_config: Pret
 
 
 def _shrink_config(
-    config: PretrainedConfig, token_ids: _TokenIds, outer_widths: dict[int, int] | None = None
+    config: PretrainedConfig,
+    token_ids: _TokenIds,
+    outer_widths: dict[int, int] | None = None,
+    backbone: bool = False,
 ) -> dict[str, Any]:
     """Return constructor kwargs for a tiny version of ``config`` (sub-configs as nested dicts).
 
-    ``outer_widths``: the widths of the config this one is nested in (see ``_outer_widths``).
+    ``outer_widths``: the widths of the config this one is nested in (see ``_outer_widths``). A ``backbone`` keeps all
+    its stages: the outer model reads several of its levels (Mask2Former three).
     """
     config_cls = type(config)
     declared = _declared_keys(config_cls)
     original = config.to_dict()
+    depths = original.get("depths")
+    stages = len(depths) if backbone and isinstance(depths, list | tuple) else None
     old_layers = _original_layers(original)
     new_layers = min(old_layers, LAYERS) if old_layers else None
     widths = _outer_widths(original)
@@ -248,7 +263,8 @@ def _shrink_config(
         attribute = vars(config).get(key)
         if isinstance(attribute, PretrainedConfig):
             attribute = _without_timm(config_cls, key, attribute)
-            kwargs[key] = {"model_type": attribute.model_type, **_shrink_config(attribute, token_ids, widths)}
+            sub_kwargs = _shrink_config(attribute, token_ids, widths, backbone=key == "backbone_config")
+            kwargs[key] = {"model_type": attribute.model_type, **sub_kwargs}
             continue
         if key in declared and _follows_outer_width(key, value, outer_widths or {}):
             kwargs[key] = outer_widths[value]
@@ -258,7 +274,8 @@ def _shrink_config(
             continue
         if key in SKIPPED_KEYS or key not in declared:
             continue
-        if isinstance(value, list) and old_layers and new_layers and len(value) == old_layers > new_layers:
+        per_layer = isinstance(value, list) and old_layers and new_layers and len(value) == old_layers > new_layers
+        if per_layer and len(value) != stages:
             # One entry per layer (layer_types, ...): derived or not, it must match the new layer count. Per-stage
             # sizes (swin's depths and num_heads) are then shrunk like any list, or heads stop dividing widths.
             kwargs[key] = _shrink_value(key, _shrink_layer_list(value, new_layers), token_ids)
@@ -273,7 +290,11 @@ def _shrink_config(
         kwargs[key] = shrunk
     kwargs.update({k: v for k, v in FORCED.items() if k in declared})
     _make_consistent(config_cls, kwargs, original)
-    kwargs.update({key: _override_value(value) for key, value in OVERRIDES.get(config.model_type, {}).items()})
+    for key, value in OVERRIDES.get(config.model_type, {}).items():
+        # An override of a sub-config names only the entries it changes (the rest stay shrunk), unless it swaps the
+        # sub-config for another model type.
+        nested = isinstance(value, dict) and isinstance(kwargs.get(key), dict) and "model_type" in kwargs[key]
+        kwargs[key] = {**kwargs[key], **value} if nested and "model_type" not in value else _override_value(value)
     return kwargs
 
 

@@ -49,6 +49,8 @@ MAIN_HEAD_MAPPINGS = (
 HIDDEN_KEYS = frozenset(
     {
         "hidden_size",
+        # BLT's local models read the global transformer's width.
+        "hidden_size_global",
         "d_model",
         "n_embd",
         "n_embed",
@@ -144,6 +146,8 @@ CAPS = {
 CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim"})
 STAGE_WIDTH_LIST_KEYS = frozenset({"hidden_sizes", "embed_dim", "embedding_dims"})
 DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
+# Indices of the layers whose hidden states an outer model reads (depth_pro's fusion of its encoder's layers).
+LAYER_INDEX_LIST_KEYS = frozenset({"intermediate_hook_ids"})
 # Switches that would need optional dependencies or downloads (timm, pretrained backbones).
 FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
 # Config entries that are bookkeeping, not architecture: the constructor sets them itself.
@@ -293,6 +297,67 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "paddleocr_vl_text": {
         "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [2, 1, 1]}
     },
+    # Multi-head attention only: key/value heads must equal the query heads.
+    "esmc": {"num_key_value_heads": HEADS},
+    # The last stage's width is the hidden size; the stages' widths and block counts are left to the constructor.
+    "efficientloftr": {"out_features": [16, 16, 32, HIDDEN], "stage_num_blocks": [1, 1, 1, 1]},
+    # The adaptor's feed-forward is a quarter of the language model's width.
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
+    # The flow head is conditioned on the backbone's hidden states.
+    "gradium_phonon_tts": {"flow_head_config": {"condition_dim": HIDDEN}},
+    # Windows tile the image: a perfect square whose side divides the patch grid of a tiny image.
+    "lw_detr_vit": {"num_windows": 4},
+    # The feature levels the projector makes are left to checkpoints (none by default, which leaves nothing to decode).
+    "lw_detr": {"projector_scale_factors": [1.0]},
+    # The default leaves the dense/sparse pattern to checkpoints: one layer of each.
+    "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},
+    # Likewise the expert counts and sizes (every layer routes).
+    "diffusion_gemma_text": {
+        "num_experts": EXPERTS,
+        "top_k_experts": EXPERTS_PER_TOKEN,
+        "moe_intermediate_size": INTERMEDIATE,
+    },
+    # Two EfficientNet stages of unscaled widths and depths, the last as wide as the projection (the image embeddings
+    # are the tower's pooled channels, compared with projected text as they are); seven stages of tiny random blocks
+    # shrink the activations below what the embeddings' float32 norm can square.
+    "align_vision_model": {
+        "width_coefficient": 1.0,
+        "depth_coefficient": 1.0,
+        "kernel_sizes": [3, 3],
+        "in_channels": [HIDDEN, 16],
+        "out_channels": [16, HIDDEN],
+        "strides": [1, 2],
+        "num_block_repeats": [1, 1],
+        "expand_ratios": [1, 6],
+    },
+    # The image-token mapping is left to checkpoints: only the placeholder id, for text-only forwards.
+    "chameleon": {"vocabulary_map": {"<image>": VOCAB - 1}},
+    # Which vision layer feeds which language layer is left to checkpoints: one pair, within the tiny depths.
+    # The projector's layout is left to checkpoints: one vision-to-language layer pair, the four spatial offset
+    # groups within the tiny language model, windows of 2x2 patches; its Q-Former has vision_config.hidden_size // 64
+    # heads: one needs a 64-wide vision tower.
+    "granite4_vision": {
+        "deepstack_layer_map": [[1, 0]],
+        "spatial_target_layers": [0, 1, 0, 1],
+        "downsample_rate": "1/2",
+        "vision_config": {"hidden_size": 2 * HIDDEN},
+    },
+    # Likewise the vision tower's attention has hidden_size // 64 heads.
+    "bridgetower_vision_model": {"hidden_size": 2 * HIDDEN},
+    # Its cache is sized from the outer config, which has no layer count (only its sub-configs do): no cache.
+    "blt": {"use_cache": False},
+    # Its rotary sections pair height with width (the modeling code's default, [22, 22, 20]): equal first two.
+    "ernie4_5_vl_moe_text": {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [1, 1, 2]}
+    },
+    # Its projection assumes as many mel bins as the first conv has channels (128 and 128): sample inputs' 80.
+    "gemma4_audio": {"subsampling_conv_channels": [80, HIDDEN]},
+    # Rope is per layer type and left to checkpoints (the default is empty); multimodal sections of HEAD_DIM // 2.
+    "cohere_compass_text": {
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
+        }
+    },
 }
 
 # ── Classes no tiny model stands in for ──
@@ -304,6 +369,17 @@ UNRUNNABLE: dict[str, str] = {
     "TimmBackbone": _TIMM,
     "TimmWrapperModel": _TIMM,
     "TimmWrapperForImageClassification": _TIMM,
+    "Gemma4AssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer reusing"
+    " them (what the assistant config enforces) fails Gemma4TextConfig.kv_sharing_modes (no producing layer)",
+    "Gemma4UnifiedAssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer"
+    " reusing them fails Gemma4UnifiedTextConfig.kv_sharing_modes (no producing layer)",
+    "DinatForImageClassification": "its neighborhood attention needs natten, which this project does not install",
+    "LayoutLMv2Model": "its visual backbone is a detectron2 model, which this project does not install",
+    "EdgeTamModel": "its vision backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
+    "EdgeTamVisionModel": "its backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
+    "Gemma3nForConditionalGeneration": "its vision tower is a timm_wrapper (MobileNetV5) called with timm-only"
+    " arguments (do_pooling); timm needs torchvision, which breaks beside this torch",
+    "FastVlmModel": "its vision tower is a timm_wrapper (FastViT), whose hybrid feature map only timm produces",
 }
 
 # ── Alternate configs ──
