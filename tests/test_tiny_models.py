@@ -146,6 +146,33 @@ def test_modalities() -> None:
             "LxmertModel",
             {"input_ids": (2, 7), "attention_mask": (2, 7), "visual_feats": (2, 5, 2048), "visual_pos": (2, 5, 4)},
         ),
+        # Offline RL: per step a state, an action, a reward, the return to go and the timestep.
+        (
+            "DecisionTransformerModel",
+            {
+                "states": (2, 7, 17),
+                "actions": (2, 7, 4),
+                "rewards": (2, 7, 1),
+                "returns_to_go": (2, 7, 1),
+                "timesteps": (2, 7),
+                "attention_mask": (2, 7),
+            },
+        ),
+        # Flat patches with each image's merge size beside its grid.
+        ("VideoLlama3VisionModel", {"pixel_values": (8, 192), "grid_thw": (2, 3), "merge_sizes": (2,)}),
+        # Patches with their (x, y) positions, a 6x6 grid the 3x3 pooler divides.
+        ("Gemma4VisionModel", {"pixel_values": (2, 36, 192), "pixel_position_ids": (2, 36, 2)}),
+        # The image, its prompt and the prompt's mask, each half of the stacked image_size picture.
+        (
+            "SegGptModel",
+            {"pixel_values": (2, 3, 16, 32), "prompt_masks": (2, 3, 16, 32), "prompt_pixel_values": (2, 3, 16, 32)},
+        ),
+        # A codec with a semantic branch: seq_length codec frames of audio, one semantic feature frame each.
+        ("Xcodec2Model", {"input_values": (2, 1, 2240), "input_features": (2, 7, 160)}),
+        # Keypoint matching: two images per sample.
+        ("LightGlueForKeypointMatching", {"pixel_values": (2, 2, 3, 32, 32)}),
+        # A wrapper whose main input is "inputs" takes its encoder's (wav2vec2's) waveforms.
+        ("SpeechEncoderDecoderModel", {"input_values": (2, 1600), "decoder_input_ids": (2, 7)}),
     ],
 )
 def test_structured_inputs_run_forward(name: str, shapes: dict[str, tuple[int, ...]]) -> None:
@@ -405,3 +432,39 @@ def test_gate_classes_are_the_builders_main_heads() -> None:
     from hfexport.families import GATE_CLASSES
 
     assert [(t, resolve_model_class(t).__name__) for t, _ in GATE_CLASSES] == list(GATE_CLASSES)
+
+
+def test_required_bounding_boxes_are_valid_normalized_boxes() -> None:
+    model = tiny_model("BrosModel")
+    inputs = sample_inputs(model)
+    x0, y0, x1, y1 = inputs["bbox"].unbind(-1)
+    assert inputs["bbox"].shape == (*inputs["input_ids"].shape, 4)
+    assert ((x0 <= x1) & (y0 <= y1)).all()
+    assert inputs["bbox"].min() >= 0 and inputs["bbox"].max() <= 1
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_required_embeddings_have_the_widths_the_config_gives() -> None:
+    model = tiny_model("Blip2QFormerModel")
+    inputs = sample_inputs(model)
+    assert inputs["query_embeds"].shape[-1] == model.config.hidden_size
+    assert inputs["encoder_hidden_states"].shape[-1] == model.config.encoder_hidden_size
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_spliced_image_features_get_one_placeholder_each() -> None:
+    model = tiny_model("InstructBlipModel")
+    inputs = sample_inputs(model)
+    placeholders = (inputs["input_ids"] == model.config.image_token_index).sum(-1)
+    assert placeholders.tolist() == [model.config.num_query_tokens] * 2
+    assert inputs["attention_mask"].shape == inputs["input_ids"].shape
+    assert inputs["qformer_input_ids"].max() < model.config.qformer_config.vocab_size
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_session_driven_video_trackers_are_unrunnable() -> None:
+    with pytest.raises(tiny_models.UnrunnableModelError, match="inference_session"):
+        tiny_model("Sam2VideoModel")

@@ -206,6 +206,19 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "xmod": {"default_language": "en_XX"},
     # Its layer count is stored as n_layers, which the constructor does not accept (the generic cap cannot reach it).
     "inkling_vision": {"num_hidden_layers": LAYERS},
+    # The quantizer reads the acoustic and semantic states concatenated (1024 + 1024 at full size); the decoder's
+    # rotary embedding is laid over the key heads as if there were as many as query heads (multi-head by default).
+    "xcodec2": {"quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS},
+    "neucodec": {"quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS},
+    # The Swin stages double their width: the last of two must end at hidden_size, which the projection reads.
+    "clap_audio_model": {"patch_embeds_hidden_size": HIDDEN // 2},
+    # The rotary embedding spans at least 32 channels of a head: one head of hidden_size.
+    "clvp_encoder": {"num_attention_heads": 1},
+    # Checkpoints set the image placeholder id, which the default config leaves unset.
+    "instructblip": {"image_token_index": VOCAB - 1},
+    "instructblipvideo": {"video_token_index": VOCAB - 1},
+    # The box embeddings split their sinusoid width over the 8 box coordinates, in sin/cos pairs.
+    "bros": {"dim_bbox_sinusoid_emb_2d": 32, "dim_bbox_sinusoid_emb_1d": 4},
     # SAM's image embeddings meet the prompt embeddings (hidden_size wide, positions as sin/cos pairs).
     "sam_vision_model": {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2},
     "sam_hq_vision_model": {"output_channels": HIDDEN, "num_pos_feats": HIDDEN // 2},
@@ -380,6 +393,16 @@ UNRUNNABLE: dict[str, str] = {
     "Gemma3nForConditionalGeneration": "its vision tower is a timm_wrapper (MobileNetV5) called with timm-only"
     " arguments (do_pooling); timm needs torchvision, which breaks beside this torch",
     "FastVlmModel": "its vision tower is a timm_wrapper (FastViT), whose hybrid feature map only timm produces",
+    # No forward of their own: they only generate (Bark chains three sub-models) or encode/decode (a VQ-VAE).
+    "BarkModel": "no forward: generation chains its semantic, coarse and fine sub-models (generate only)",
+    "GlmImageVQVAE": "no forward: a VQ-VAE used through encode and decode only",
+    # Video trackers read their frames, prompts and memory bank from a mutable session object, not from tensors.
+    "Sam2VideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
+    "Sam3TrackerVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
+    "Sam3VideoModel": "forward takes an inference_session (frames, text prompts, tracker state), not tensors",
+    "EdgeTamVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
+    # Sample inputs have a batch of at least 2 (it stays a dynamic dimension).
+    "TvpModel": "runs with batch size 1 only: its column position embeddings are viewed with the batch size",
 }
 
 # ── Alternate configs ──
@@ -407,4 +430,30 @@ ALTERNATE_CONFIGS: dict[str, dict[str, Any]] = {
 # Audio LMs that stack their codebooks into the batch: (batch * num_codebooks, sequence) ids.
 CODEBOOK_STACKED_TYPES = ("musicgen_decoder", "musicgen_melody_decoder")
 # Where audio encoders keep their feature width per frame: the first one set wins.
-FEATURE_SIZE_KEYS = ("feature_projection_input_dim", "num_mel_bins", "input_feat_per_channel", "feature_size")
+FEATURE_SIZE_KEYS = (
+    "feature_projection_input_dim",
+    "num_mel_bins",
+    "input_feat_per_channel",
+    "feature_size",
+    "input_feat_size",
+)
+# Model type -> forward arguments its signature leaves optional but its forward cannot run without.
+NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
+    "bros": ("bbox",),
+    "udop": ("bbox",),
+    "audioflamingo3_encoder": ("input_features_mask",),
+    "blip_2_qformer": ("encoder_hidden_states",),
+    "instructblip": ("input_ids",),
+    "instructblipvideo": ("input_ids",),
+    "pi0": ("pixel_values", "pixel_attention_mask"),
+    "clap": ("input_features",),
+    "clvp": ("input_features",),
+    "voxtral_realtime": ("input_features",),
+}
+# Model class -> the forward parameter its main waveform goes to, where that is not input_values.
+WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
+# VLMs whose ids must hold a placeholder per image feature, where the features are spliced in.
+SPLICED_IMAGE_TYPES = ("instructblip", "instructblipvideo", "kosmos-2", "lfm2_vl", "pi0")
+# Model type -> images per sample of models whose pixel_values stack several (video frames, robot cameras, the two
+# images a keypoint matcher pairs) though no config key says how many.
+CLIP_TYPES = {"instructblipvideo": FRAMES, "pi0": 1, "lightglue": 2}

@@ -1,0 +1,75 @@
+"""Sample inputs: deterministic forward kwargs that fit a model, put together by a registry of input builders.
+
+Each builder makes one kind of input (token ids, images, flat patches, waveforms, forecast windows, ...). It is
+registered with ``@builds(stage, when=...)``: ``when`` is a predicate on the request (the model, its config, its
+forward parameters, the inputs built so far), the function returns the inputs it adds, and its name, less the
+leading underscore, is the kind it is registered under. ``sample_inputs`` walks the stages in the order of ``Stage``
+and, within a stage, the builders in the order they are registered (the order of their module: ``main`` holds the
+first two stages, ``required`` the third, ``finish`` the last two):
+
+1. ``TEXT``: token ids, for every model whose main input is text or that reads text beside it.
+2. ``MAIN``: the main non-text input; only the first builder that applies runs.
+3. ``REQUIRED``: forward arguments still required after the main input (by the signature, or by
+   ``tables.NEEDED_INPUTS`` where the forward fails without an argument its signature leaves optional).
+4. ``AUXILIARY``: side inputs a model would otherwise draw at random or take from another model.
+5. ``FINISH``: what reads the final token ids (rows ending with eos, the attention mask), then decoder ids.
+
+Every random input is drawn from one generator seeded by ``seed``, in walk order: a new builder goes where its inputs
+belong in that order, and moving one changes the values of every input drawn after it.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import PreTrainedModel
+
+from ..tables import NEEDED_INPUTS
+
+# Importing the builder modules registers their builders.
+from . import finish, main, required  # noqa: F401
+from .registry import BUILDERS, Request, Stage
+
+
+def sample_inputs(
+    model: PreTrainedModel, batch_size: int = 2, seq_length: int = 7, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """Return deterministic forward kwargs that fit the model's modality (text, vision, audio, seq2seq)."""
+    if batch_size < 2 or seq_length < 2:
+        raise ValueError("batch_size and seq_length must be >= 2 so exported dimensions stay dynamic")
+    parameters = inspect.signature(model.forward).parameters
+    signature_required = {p.name for p in parameters.values() if p.default is p.empty and p.kind <= p.KEYWORD_ONLY}
+    request = Request(
+        model=model,
+        config=model.config,
+        parameters=set(parameters),
+        required=signature_required | (set(NEEDED_INPUTS.get(model.config.model_type, ())) & set(parameters)),
+        main_input=_main_input(model, set(parameters)),
+        batch_size=batch_size,
+        seq_length=seq_length,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    for stage in Stage:
+        for builder in [b for b in BUILDERS.values() if b.stage is stage]:
+            if not builder.applies(request):
+                continue
+            for name in builder.drops:
+                request.inputs.pop(name, None)
+            request.inputs.update(builder.build(request))
+            if stage is Stage.MAIN:
+                break
+    return request.inputs
+
+
+def _main_input(model: PreTrainedModel, parameters: set[str]) -> str:
+    name = getattr(model, "main_input_name", "input_ids")
+    if name != "inputs":
+        return name
+    # "inputs" stands for whatever the encoder reads: encoder-decoder wrappers (SpeechEncoderDecoder) also take it
+    # under their encoder's own name, Perceiver's masked LM as input_ids.
+    encoder = model.get_encoder() if hasattr(model, "get_encoder") else model
+    encoder_input = getattr(encoder, "main_input_name", None)
+    if encoder is not model and encoder_input in parameters:
+        return encoder_input
+    return "input_ids" if "input_ids" in parameters else name

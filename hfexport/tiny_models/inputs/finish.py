@@ -1,0 +1,73 @@
+"""Builders of the ``AUXILIARY`` stage (side inputs drawn at random otherwise) and the ``FINISH`` stage."""
+
+from __future__ import annotations
+
+import torch
+
+from ..classes import class_names
+from .draw import sequence_ids
+from .registry import Request, Stage, builds
+
+# ── Auxiliary inputs ──
+
+
+@builds(Stage.AUXILIARY, when=lambda r: "visual_feats" in r.parameters)
+def _detector_regions(r: Request) -> dict[str, torch.Tensor]:
+    # LXMERT reads region features and their boxes from an object detector.
+    regions = 5
+    return {
+        "visual_feats": torch.randn(r.batch_size, regions, r.config.visual_feat_dim, generator=r.generator),
+        "visual_pos": torch.rand(r.batch_size, regions, r.config.visual_pos_dim, generator=r.generator),
+    }
+
+
+@builds(
+    Stage.AUXILIARY,
+    when=lambda r: "pixel_values" in r.inputs and "noise" in r.parameters and hasattr(r.config, "mask_ratio"),
+)
+def _patch_mask_noise(r: Request) -> dict[str, torch.Tensor]:
+    # Masked autoencoders draw their patch mask from torch.rand: pass the noise, or no two runs agree.
+    patches = (r.inputs["pixel_values"].shape[-1] // r.config.patch_size) ** 2
+    return {"noise": torch.rand(r.batch_size, patches, generator=r.generator)}
+
+
+@builds(
+    Stage.AUXILIARY,
+    when=lambda r: (
+        "input_features" in r.inputs and "noise_sequence" in r.parameters and hasattr(r.config, "model_in_channels")
+    ),
+)
+def _vocoder_noise(r: Request) -> dict[str, torch.Tensor]:
+    # Vocoders (UnivNet) draw their noise from torch.randn when none is given: pass it, as for the autoencoders.
+    frames = r.inputs["input_features"].shape[1]
+    return {"noise_sequence": torch.randn(r.batch_size, frames, r.config.model_in_channels, generator=r.generator)}
+
+
+# ── Finishing: what reads the final token ids, then decoder ids ──
+
+
+def _classifies_at_eos(r: Request) -> bool:
+    heads = class_names("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", r.config.model_type)
+    eos = getattr(r.config, "eos_token_id", None)
+    return getattr(r.config, "is_encoder_decoder", False) and type(r.model).__name__ in heads and isinstance(eos, int)
+
+
+@builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and _classifies_at_eos(r))
+def _eos_ended_rows(r: Request) -> dict[str, torch.Tensor]:
+    # Encoder-decoder sequence classifiers (bart, t5) read each row's last <eos>: every row must end with one.
+    input_ids = r.inputs["input_ids"].clone()
+    input_ids[:, -1] = r.config.eos_token_id
+    return {"input_ids": input_ids}
+
+
+@builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and "attention_mask" in r.parameters)
+def _attention_mask(r: Request) -> dict[str, torch.Tensor]:
+    # As long as the rows, which image placeholders lengthen.
+    return {"attention_mask": torch.ones(r.batch_size, r.inputs["input_ids"].shape[-1], dtype=torch.long)}
+
+
+@builds(
+    Stage.FINISH, when=lambda r: getattr(r.config, "is_encoder_decoder", False) and "decoder_input_ids" in r.parameters
+)
+def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
+    return {"decoder_input_ids": sequence_ids(r)}

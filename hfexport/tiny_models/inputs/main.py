@@ -1,0 +1,208 @@
+"""Builders of the ``TEXT`` stage (token ids) and the ``MAIN`` stage (the main non-text input: the first that
+applies)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..tables import CODEBOOK_STACKED_TYPES, WAVEFORM_INPUTS
+from .draw import audio_config, feature_frames, image_config, pixel_values, sequence_ids, token_ids, waveform_length
+from .registry import Request, Stage, builds
+
+# ── Token ids ──
+
+
+@builds(
+    Stage.TEXT,
+    when=lambda r: "input_ids" in r.parameters and (r.main_input == "input_ids" or r.main_input not in r.parameters),
+)
+def _text_ids(r: Request) -> dict[str, torch.Tensor]:
+    # Audio LMs that stack their codebooks into the batch take (batch * num_codebooks, sequence) ids.
+    stacked = r.config.model_type in CODEBOOK_STACKED_TYPES
+    rows = r.batch_size * r.config.num_codebooks if stacked else r.batch_size
+    return {"input_ids": token_ids(r.config, (rows, r.seq_length), r.generator)}
+
+
+# ── The main input: the first builder that applies ──
+
+
+# These towers read no text: ids the text stage drew are dropped (not left undrawn, which would shift the patches).
+@builds(Stage.MAIN, when=lambda r: "grid_thw" in r.parameters, drops=("input_ids",))
+def _flat_patches(r: Request) -> dict[str, torch.Tensor]:
+    """Qwen-VL-style vision towers: every image's patches as rows of one flat tensor, laid out by ``grid_thw``."""
+    vision = image_config(r.config)
+    side = 2 * getattr(vision, "spatial_merge_size", 1)
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
+    width = channels * getattr(vision, "temporal_patch_size", 1) * vision.patch_size**2
+    patches_name = "pixel_values" if "pixel_values" in r.parameters else "hidden_states"
+    inputs = {
+        patches_name: torch.randn(r.batch_size * side * side, width, generator=r.generator),
+        "grid_thw": torch.tensor([[1, side, side]] * r.batch_size),
+    }
+    if "merge_sizes" in r.required:
+        # VideoLLaMA3 takes each image's merge size beside its grid.
+        inputs["merge_sizes"] = torch.tensor([side // 2] * r.batch_size)
+    return inputs
+
+
+@builds(Stage.MAIN, when=lambda r: "image_grid_thw" in r.required and "grid_thw" not in r.parameters)
+def _merged_patch_tiles(r: Request) -> dict[str, torch.Tensor]:
+    """Inkling2's tower: one (patch * merge)-pixel square tile per language-model token, the grid counted in tokens."""
+    vision = image_config(r.config)
+    tile = vision.patch_size * vision.spatial_merge_size
+    side = 2
+    tiles = torch.rand(r.batch_size * side * side, tile, tile, vision.num_channels, generator=r.generator)
+    return {
+        "pixel_values": 2 * tiles - 1,
+        "image_grid_thw": torch.tensor([[1, side, side]] * r.batch_size),
+    }
+
+
+@builds(Stage.MAIN, when=lambda r: "pixel_position_ids" in r.required)
+def _positioned_patches(r: Request) -> dict[str, torch.Tensor]:
+    """Gemma 4's tower: (batch, patches, pixels) in [0, 1] and each patch's (x, y); the pooler merges 3x3 patches."""
+    vision = image_config(r.config)
+    side = 2 * vision.pooling_kernel_size
+    columns, rows = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="xy")
+    positions = torch.stack([columns.flatten(), rows.flatten()], dim=-1).expand(r.batch_size, -1, -1)
+    return {
+        "pixel_values": torch.rand(r.batch_size, side * side, 3 * vision.patch_size**2, generator=r.generator),
+        "pixel_position_ids": positions,
+    }
+
+
+@builds(Stage.MAIN, when=lambda r: "spatial_shapes" in r.parameters)
+def _native_resolution_patches(r: Request) -> dict[str, torch.Tensor]:
+    """NaViT-style encoders (siglip2): flattened patches per image, their mask, and each image's patch grid."""
+    vision = image_config(r.config)
+    side = 4
+    width = vision.num_channels * vision.patch_size**2
+    return {
+        "pixel_values": torch.randn(r.batch_size, side * side, width, generator=r.generator),
+        "pixel_attention_mask": torch.ones(r.batch_size, side * side, dtype=torch.long),
+        "spatial_shapes": torch.tensor([[side, side]] * r.batch_size),
+    }
+
+
+def _is_dual_encoder(r: Request) -> bool:
+    # CLIP-like models embed text and image separately; VLMs instead splice images at placeholder tokens.
+    has_placeholder = any(hasattr(r.config, k) for k in ("image_token_id", "image_token_index"))
+    has_image_encoder = any(hasattr(r.config, k) for k in ("vision_config", "image_size"))
+    return {"input_ids", "pixel_values"} <= r.parameters and has_image_encoder and not has_placeholder
+
+
+@builds(Stage.MAIN, when=_is_dual_encoder)
+def _image_text_pairs(r: Request) -> dict[str, torch.Tensor]:
+    # Ids drawn anew even where the text stage drew some: skipping the draw would shift the images' seeded values.
+    return {"input_ids": sequence_ids(r), **_images_or_clips(r)}
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "pixel_values" and "target_sizes" in r.parameters)
+def _packed_patch_rows(r: Request) -> dict[str, torch.Tensor]:
+    """MiniCPM-V's tower: every image's patches side by side in one patch-high strip, each image's grid beside it."""
+    vision = image_config(r.config)
+    side = 4
+    width = vision.patch_size * side * side * r.batch_size
+    strip = torch.randn(1, vision.num_channels, vision.patch_size, width, generator=r.generator)
+    return {"pixel_values": strip, "target_sizes": torch.tensor([[side, side]] * r.batch_size)}
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input in ("pixel_values", "pixel_values_videos"))
+def _images_or_clips(r: Request) -> dict[str, torch.Tensor]:
+    pixels_name = "pixel_values_videos" if r.main_input == "pixel_values_videos" else "pixel_values"
+    return {pixels_name: pixel_values(r)}
+
+
+@builds(
+    Stage.MAIN,
+    when=lambda r: (
+        r.main_input == "input_values" and hasattr(r.config, "num_mel_bins") and hasattr(r.config, "max_length")
+    ),
+)
+def _spectrograms(r: Request) -> dict[str, torch.Tensor]:
+    # Spectrogram transformers (AST) take fixed-length (batch, frames, mel bins) spectrograms.
+    shape = (r.batch_size, r.config.max_length, r.config.num_mel_bins)
+    return {"input_values": torch.randn(shape, generator=r.generator)}
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "input_values")
+def _waveforms(r: Request) -> dict[str, torch.Tensor]:
+    length = waveform_length(r.config, r.seq_length)
+    patch = math.prod(getattr(r.config, "patch_sizes", None) or (1,))
+    if patch > 1:
+        # Waveform patch encoders (Muse Spark) cut the audio into patches of the product of their patch sizes.
+        length = -(-length // patch) * patch
+    name = WAVEFORM_INPUTS.get(type(r.model).__name__, "input_values")
+    # Neural audio codecs (encodec, dac, mimi, xcodec, pocket_tts) take (batch, channels, time); speech encoders
+    # (batch, time).
+    is_codec = hasattr(r.config, "codebook_size") or hasattr(r.config, "audio_channels")
+    if not is_codec and hasattr(r.config, "downsampling_ratios") and name in r.parameters:
+        # So do codecs that only say how they downsample (X-Codec2, VibeVoice's tokenizer), which do not pad: a
+        # whole seq_length codec frames. (VibeVoice's decoder, whose forward never reads the waveform, keeps the
+        # (batch, time) it always had.)
+        is_codec = True
+        length = math.prod(r.config.downsampling_ratios) * r.seq_length
+    shape = (r.batch_size, getattr(r.config, "audio_channels", 1), length) if is_codec else (r.batch_size, length)
+    return {name: torch.randn(shape, generator=r.generator)}
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "past_values" and "past_time_features" in r.parameters)
+def _forecast_windows(r: Request) -> dict[str, torch.Tensor]:
+    # Probabilistic forecasters (autoformer, informer): the past window also holds the max(lags) older steps the lag
+    # features read; the future window is the teacher-forced horizon.
+    past = r.config.context_length + max(r.config.lags_sequence)
+    future = r.config.prediction_length
+    features = r.config.num_time_features
+    return {
+        "past_values": torch.randn(r.batch_size, past, generator=r.generator),
+        "past_time_features": torch.randn(r.batch_size, past, features, generator=r.generator),
+        "past_observed_mask": torch.ones(r.batch_size, past),
+        "future_values": torch.randn(r.batch_size, future, generator=r.generator),
+        "future_time_features": torch.randn(r.batch_size, future, features, generator=r.generator),
+    }
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "past_values")
+def _time_series_windows(r: Request) -> dict[str, torch.Tensor]:
+    # Time-series transformers: (batch, context, channels) windows, or (batch, context) for univariate ones.
+    channels = getattr(r.config, "num_input_channels", None)
+    shape = (r.batch_size, r.config.context_length, *((channels,) if channels else ()))
+    inputs = {"past_values": torch.randn(shape, generator=r.generator)}
+    if "past_values_padding" in r.required:
+        # TimesFM: no padded steps, and frequency class 0 (high frequency).
+        inputs["past_values_padding"] = torch.zeros(shape[:2])
+        inputs["freq"] = torch.zeros(r.batch_size, 1, dtype=torch.long)
+    return inputs
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "flattened_patches")
+def _row_column_patches(r: Request) -> dict[str, torch.Tensor]:
+    """Pix2Struct: every patch as (row id, column id, pixels); ids count from 1, 0 marks padding."""
+    side = 4
+    rows, columns = torch.meshgrid(torch.arange(1, side + 1), torch.arange(1, side + 1), indexing="ij")
+    ids = torch.stack([rows.flatten(), columns.flatten()], dim=-1).float().expand(r.batch_size, -1, -1)
+    width = image_config(r.config).patch_embed_hidden_size
+    pixels = torch.randn(r.batch_size, side * side, width, generator=r.generator)
+    return {"flattened_patches": torch.cat([ids, pixels], dim=-1)}
+
+
+# Gemma 3n's audio encoder names its (batch, frames, mel bins) features audio_mel.
+@builds(Stage.MAIN, when=lambda r: r.main_input in ("input_features", "audio_mel"))
+def _audio_features(r: Request) -> dict[str, torch.Tensor]:
+    return {r.main_input: feature_frames(r, audio_config(r.config))}
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "states" and "returns_to_go" in r.parameters)
+def _trajectories(r: Request) -> dict[str, torch.Tensor]:
+    """Offline RL (Decision Transformer): per step a state, an action, a reward, the return to go and the timestep."""
+    steps = (r.batch_size, r.seq_length)
+    return {
+        "states": torch.randn(*steps, r.config.state_dim, generator=r.generator),
+        "actions": torch.randn(*steps, r.config.act_dim, generator=r.generator),
+        "rewards": torch.randn(*steps, 1, generator=r.generator),
+        "returns_to_go": torch.randn(*steps, 1, generator=r.generator),
+        "timesteps": torch.arange(r.seq_length).expand(steps),
+        "attention_mask": torch.ones(steps, dtype=torch.long),
+    }

@@ -1,0 +1,191 @@
+"""Builders of the ``REQUIRED`` stage: forward arguments still required after the main input."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PretrainedConfig
+
+from ..tables import FEATURE_SIZE_KEYS, SPLICED_IMAGE_TYPES
+from .draw import (
+    audio_config,
+    feature_frames,
+    image_config,
+    mel_bins_first,
+    pixel_values,
+    sequence_ids,
+    token_ids,
+    waveform_length,
+)
+from .registry import Request, Stage, builds
+
+# ── Forward arguments still required ──
+
+
+@builds(Stage.REQUIRED, when=lambda r: "input_ids" in r.missing)
+def _required_token_ids(r: Request) -> dict[str, torch.Tensor]:
+    # Vision-first models whose forward still requires text (Blip2Model, GroundingDino).
+    return {"input_ids": sequence_ids(r)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "pixel_values" in r.missing)
+def _required_pixel_values(r: Request) -> dict[str, torch.Tensor]:
+    # VLM vision towers built on their own keep the VLM's main input name (Idefics3, SmolVLM).
+    return {"pixel_values": pixel_values(r)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "input_features_mask" in r.missing)
+def _input_features_mask(r: Request) -> dict[str, torch.Tensor]:
+    frames = r.inputs["input_features"].shape[-1 if mel_bins_first(audio_config(r.config)) else 1]
+    return {"input_features_mask": torch.ones(r.batch_size, frames, dtype=torch.long)}
+
+
+_LATENT_NAMES = ("latents", "hidden_states")
+
+
+@builds(Stage.REQUIRED, when=lambda r: not r.missing.isdisjoint(_LATENT_NAMES))
+def _codec_latents(r: Request) -> dict[str, torch.Tensor]:
+    # Audio codec decoders built on their own (Mimi, VibeVoice) take the encoder's (batch, channels, frames).
+    shape = (r.batch_size, r.config.hidden_size, 2 * r.seq_length)
+    return {name: torch.randn(shape, generator=r.generator) for name in _LATENT_NAMES if name in r.missing}
+
+
+def _image_feature_count(r: Request) -> int:
+    """How many features a VLM splices into the text per image (per clip), hence how many placeholders it needs."""
+    if hasattr(r.config, "latent_query_num"):
+        # Kosmos-2's resampler: latent_query_num latents.
+        return r.config.latent_query_num
+    if hasattr(r.config, "num_query_tokens"):
+        # BLIP-style Q-Formers: num_query_tokens queries, per frame of a clip.
+        pixels = r.inputs["pixel_values"]
+        return r.config.num_query_tokens * (pixels.shape[1] if pixels.dim() == 5 else 1)
+    if "spatial_shapes" in r.inputs:
+        # LFM2-VL unshuffles downsample_factor x downsample_factor patches into one feature.
+        return int(r.inputs["spatial_shapes"][0].prod()) // r.config.downsample_factor**2
+    # PaliGemma-style towers (PI0's VLM): one feature per patch.
+    vision = image_config(getattr(r.config, "vlm_config", r.config))
+    return (vision.image_size // vision.patch_size) ** 2
+
+
+@builds(Stage.REQUIRED, when=lambda r: r.config.model_type in SPLICED_IMAGE_TYPES and "input_ids" in r.inputs)
+def _image_placeholders(r: Request) -> dict[str, torch.Tensor]:
+    """Every row opens with one placeholder per image feature, where the VLM splices the image in."""
+    count = _image_feature_count(r)
+    if "image_embeds_position_mask" in r.parameters:
+        # Kosmos-2 marks the image positions with a mask instead: the ids there (bos) are replaced.
+        mask = torch.zeros(r.batch_size, count + r.seq_length, dtype=torch.long)
+        mask[:, :count] = 1
+        placeholders = torch.full((r.batch_size, count), r.config.text_config.bos_token_id)
+        return {
+            "input_ids": torch.cat([placeholders, r.inputs["input_ids"]], dim=-1),
+            "image_embeds_position_mask": mask,
+        }
+    config = getattr(r.config, "vlm_config", r.config)
+    token_keys = ("image_token_id", "image_token_index", "video_token_index")
+    token_id = next(getattr(config, k) for k in token_keys if getattr(config, k, None) is not None)
+    placeholders = torch.full((r.batch_size, count), token_id)
+    return {"input_ids": torch.cat([placeholders, r.inputs["input_ids"]], dim=-1)}
+
+
+def _stacks_images(r: Request) -> bool:
+    return "pixel_values" in r.inputs and r.inputs["pixel_values"].dim() == 5
+
+
+@builds(Stage.REQUIRED, when=lambda r: "pixel_attention_mask" in r.missing and _stacks_images(r))
+def _camera_mask(r: Request) -> dict[str, torch.Tensor]:
+    # PI0 stacks its cameras' images in one sample and says which of them are there: all are.
+    return {"pixel_attention_mask": torch.ones(r.inputs["pixel_values"].shape[:2], dtype=torch.bool)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "input_values" in r.missing)
+def _required_waveforms(r: Request) -> dict[str, torch.Tensor]:
+    # Waveforms beside another main input (PE Audio's text) feed codec-style encoders: (batch, channels, time), a
+    # whole number of codec frames (PE Audio's DAC: hop_length samples each).
+    audio = audio_config(r.config)
+    hop = getattr(getattr(audio, "dac_config", None), "hop_length", 1)
+    length = -(-waveform_length(audio, r.seq_length) // hop) * hop
+    return {"input_values": torch.randn(r.batch_size, 1, length, generator=r.generator)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "input_features" in r.missing)
+def _required_audio_features(r: Request) -> dict[str, torch.Tensor]:
+    decoder = getattr(r.config, "decoder_config", None)
+    if hasattr(decoder, "feature_size"):
+        # CLVP conditions its speech decoder on (batch, feature_size mel bins, frames) spectrograms.
+        shape = (r.batch_size, decoder.feature_size, 8 * r.seq_length)
+        return {"input_features": torch.randn(shape, generator=r.generator)}
+    audio = audio_config(r.config)
+    if hasattr(r.config, "semantic_model_config"):
+        # Codecs with a semantic branch (X-Codec2) pair one semantic feature frame with every codec frame.
+        width = next(getattr(audio, k) for k in FEATURE_SIZE_KEYS if getattr(audio, k, None))
+        return {"input_features": torch.randn(r.batch_size, r.seq_length, width, generator=r.generator)}
+    if hasattr(r.config, "audio_length_per_tok"):
+        # Streaming speech LMs (Voxtral Realtime) add audio_length_per_tok mel frames to every text token.
+        shape = (r.batch_size, audio.num_mel_bins, r.config.audio_length_per_tok * r.seq_length)
+        return {"input_features": torch.randn(shape, generator=r.generator)}
+    return {"input_features": feature_frames(r, audio)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "audio_mel_mask" in r.missing)
+def _mel_padding_mask(r: Request) -> dict[str, torch.Tensor]:
+    # Gemma 3n's mel mask marks the padded frames (True = padding): none are.
+    frames = r.inputs["audio_mel"].shape[1]
+    return {"audio_mel_mask": torch.zeros(r.batch_size, frames, dtype=torch.bool)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "bbox" in r.missing)
+def _bounding_boxes(r: Request) -> dict[str, torch.Tensor]:
+    """Document models that cannot run without layout (Bros, UDOP): one box per token, normalized to [0, 1]."""
+    corners = torch.rand(r.batch_size, r.seq_length, 2, 2, generator=r.generator)
+    # Sorting each axis' two draws gives x0 <= x1 and y0 <= y1: boxes as (x0, y0, x1, y1).
+    low, high = corners.sort(dim=-1).values.unbind(-1)
+    return {"bbox": torch.cat([low, high], dim=-1)}
+
+
+def _sub_model_ids(r: Request) -> set[str]:
+    # Ids for a sub-model's own tokenizer (InstructBLIP's Q-Former): "<prefix>_input_ids" beside a "<prefix>_config".
+    return {n for n in r.missing if n.endswith("_input_ids") and hasattr(r.config, n.replace("_input_ids", "_config"))}
+
+
+@builds(Stage.REQUIRED, when=lambda r: bool(_sub_model_ids(r)))
+def _required_sub_model_ids(r: Request) -> dict[str, torch.Tensor]:
+    inputs = {}
+    for name in sorted(_sub_model_ids(r)):
+        sub_config = getattr(r.config, name.replace("_input_ids", "_config"))
+        inputs[name] = token_ids(sub_config, (r.batch_size, r.seq_length), r.generator)
+    return inputs
+
+
+def _embedding_names(r: Request) -> list[str]:
+    return sorted(n for n in r.missing if n.endswith(("_embeds", "_hidden_states")))
+
+
+def _embedding_width(config: PretrainedConfig, name: str) -> int:
+    # A cross-attending model (the Q-Former) says how wide its encoder's states are: encoder_hidden_size.
+    if name.endswith("_hidden_states") and hasattr(config, name.replace("_hidden_states", "_hidden_size")):
+        return getattr(config, name.replace("_hidden_states", "_hidden_size"))
+    if name == "context_hidden_states" and hasattr(config, "target_layer_ids"):
+        # Drafters (DFlash) read the target model's hidden states of several layers, concatenated.
+        return len(config.target_layer_ids) * config.hidden_size
+    if name == "action_embeds" and hasattr(config, "dit_config"):
+        # Action experts (PI0) embed noisy actions at their own width.
+        return config.dit_config.hidden_size
+    return config.hidden_size
+
+
+@builds(Stage.REQUIRED, when=lambda r: bool(_embedding_names(r)))
+def _required_embeddings(r: Request) -> dict[str, torch.Tensor]:
+    """Models fed by another model's embeddings (Q-Former queries, drafters, upsamplers): (batch, sequence, width)."""
+    return {
+        name: torch.randn(r.batch_size, r.seq_length, _embedding_width(r.config, name), generator=r.generator)
+        for name in _embedding_names(r)
+    }
+
+
+@builds(Stage.REQUIRED, when=lambda r: {"prompt_pixel_values", "prompt_masks"} <= r.missing)
+def _prompt_image_and_mask(r: Request) -> dict[str, torch.Tensor]:
+    # In-context segmenters (SegGPT) stack the image over its prompt into one image_size picture: the image, the
+    # prompt and its mask are each half as high (the image drawn anew at that height).
+    height, width = r.config.image_size
+    shape = (r.batch_size, r.config.num_channels, height // 2, width)
+    names = ("pixel_values", "prompt_pixel_values", "prompt_masks")
+    return {name: torch.randn(shape, generator=r.generator) for name in names}
