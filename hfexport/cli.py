@@ -280,7 +280,7 @@ def comment(
     Elsewhere:
       GH_TOKEN=... hfexport comment report.json --repo huggingface/transformers --pr 123
     """
-    from .gate.report import ReportError, load_report
+    from .gate.schema import ReportError, load_report
     from .github.comment import CommentError, post_report, resolve_target
 
     try:
@@ -386,7 +386,7 @@ def check(
       hfexport check src/transformers/models/llama/modeling_llama.py
       hfexport check --models llama,bert,vit --backends dynamo,onnx -j 2 --report-dir out
     """
-    from .gate import report as gate_report
+    from .gate import views as gate_views
     from .gate.cache import default_cache_dir
     from .gate.run import CheckOptions, GateError, run_check, target_for
     from .github.event import pr_context
@@ -406,12 +406,12 @@ def check(
     except GateError as error:
         _fail(str(error))
     with actions.verbatim(click.echo):
-        click.echo(gate_report.terminal_table(result))
+        click.echo(gate_views.terminal_table(result))
     if actions.in_actions():
-        for line in gate_report.github_annotations(result):
+        for line in gate_views.github_annotations(result):
             click.echo(line)
     if report_dir is not None:
-        written = gate_report.write_reports(result, report_dir)
+        written = gate_views.write_reports(result, report_dir)
         click.echo(f"reports: {', '.join(str(p) for p in written.values())}")
     sys.exit(result["exit_code"])
 
@@ -422,15 +422,17 @@ def check(
 def merge(reports: tuple[Path, ...], report_dir: Path) -> None:
     """Join the report.json of every shard (`check --shard K/N`) into one report; exit as `check` would."""
     from .gate import report as gate_report
+    from .gate import schema as gate_schema
+    from .gate import views as gate_views
 
     try:
-        loaded = [gate_report.load_report(path) for path in reports]
+        loaded = [gate_schema.load_report(path) for path in reports]
         merged = gate_report.merge_reports(loaded)
     except (ValueError, OSError) as error:
         _fail(str(error))
     with actions.verbatim(click.echo):
-        click.echo(gate_report.terminal_table(merged))
-    gate_report.write_reports(merged, report_dir)
+        click.echo(gate_views.terminal_table(merged))
+    gate_views.write_reports(merged, report_dir)
     sys.exit(merged["exit_code"])
 
 

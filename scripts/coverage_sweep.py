@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hfexport.families import FAMILIES  # noqa: E402
-from hfexport.gate import changes, report  # noqa: E402
+from hfexport.gate import changes, views  # noqa: E402
 from hfexport.gate.cells import BACKENDS, Cell, in_shard, parse_shard  # noqa: E402
 from hfexport.gate.run import CheckOptions, GateError, Target, run_check  # noqa: E402
 
@@ -154,7 +154,7 @@ def run_sweep(
         result["sweep"] = {"set": label, "seconds": round(time.time() - started, 1), "argv": sys.argv[1:]}
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = results / f"{stamp}-{engine}-{'_'.join(backends)}-{label}-{shard[0]}of{shard[1]}.json"
-        path.write_text(report.to_json(result))
+        path.write_text(views.to_json(result))
         written.append(path)
         echo(f"   {result['summary']['passed']}/{result['summary']['total']} passed in {result['sweep']['seconds']} s")
     return written

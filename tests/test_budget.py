@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from hfexport.cli import main
-from hfexport.gate import report
+from hfexport.gate import schema
 from hfexport.gate.cells import Cell
 from hfexport.gate.changes import SelectedClass
 from hfexport.gate.jobs import JobOptions, WorkerProcess
@@ -61,7 +61,7 @@ def test_cells_left_by_the_budget_are_reported_not_run_never_passed(
     result = CliRunner().invoke(main, [*args, "--report-dir", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads((out / "report.json").read_text())
-    assert report.validate_report(data) == []
+    assert schema.validate_report(data) == []
     assert {c["status"] for c in data["cells"]} == {"not_run"}
     assert data["summary"]["passed"] == 0 and data["summary"]["not_run"] == len(data["cells"])
     markdown = (out / "report.md").read_text()

@@ -26,7 +26,8 @@ from test_markdown import live_links
 from hfexport.cli import main
 from hfexport.gate.cells import CELL_KEYS, STATUSES
 from hfexport.gate.markdown import MARKER, text_size
-from hfexport.gate.report import MAX_REPORT_BYTES, summarize
+from hfexport.gate.report import summarize
+from hfexport.gate.schema import MAX_REPORT_BYTES
 
 TOKEN = "ghs_fuzzT0ken0123456789"
 HEAD = "a" * 40

@@ -16,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 from support import load_script
 
-from hfexport.gate import report
+from hfexport.gate import report, schema, views
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +35,7 @@ def _cells(paths: list[Path]) -> dict[tuple[str, str, str], dict]:
     cells = {}
     for path in paths:
         data = json.loads(path.read_text())
-        assert report.validate_report(data) == []
+        assert schema.validate_report(data) == []
         for cell in data["cells"]:
             cells[(data["engine"], cell["model_class"], cell["backend"])] = cell
     return cells
@@ -75,7 +75,7 @@ def test_render_reports_both_engines_and_the_builder_list(tmp_path: Path) -> Non
             "foo", "FooModel", "onnx", status="error", stage="build", error_type="ValueError", error="no"
         )
         data["cells"] = [passed, broken]
-        (results / f"{stamp}-{engine}.json").write_text(report.to_json(report.finalize(data)))
+        (results / f"{stamp}-{engine}.json").write_text(views.to_json(report.finalize(data)))
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "| onnx | 1 | **1** | **0** | 0 | 1 | 0 |" in text
     assert "| llama | LlamaForCausalLM | pass | fail" in text
@@ -92,7 +92,7 @@ def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
         data = report.new_report(engine, ["onnx"], {"mode": "heads"}, {}, (index, 2), None)
         data["sweep"] = {"set": "heads", "seconds": 1.0, "argv": ["run", "--set", "heads", "--shard", f"{index}/2"]}
         data["cells"] = [report.new_cell("llama", "LlamaForCausalLM", "onnx", status="pass", timings={"export": 1.0})]
-        (results / f"20260101T00000{second}-{engine}.json").write_text(report.to_json(report.finalize(data)))
+        (results / f"20260101T00000{second}-{engine}.json").write_text(views.to_json(report.finalize(data)))
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "(set `heads`, shards 1/2)" in text
 
@@ -102,7 +102,7 @@ def _onnx_report(results: Path, engine: str, stamp: str, status: str) -> None:
     data["created_at"] = stamp
     data["sweep"] = {"set": "models", "seconds": 60.0, "argv": ["run", "--models", "llama", "--backends", "onnx"]}
     data["cells"] = [report.new_cell("llama", "LlamaForCausalLM", "onnx", status=status, timings={"export": 2.0})]
-    (results / f"{stamp.replace('-', '').replace(':', '')}-{engine}.json").write_text(report.to_json(data))
+    (results / f"{stamp.replace('-', '').replace(':', '')}-{engine}.json").write_text(views.to_json(data))
 
 
 def test_the_committed_record_rebuilds_the_document_and_later_runs_replace_its_cells(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from checkout_fixture import LLAMA, ONNX_BREAKAGE, commit, git, llama_source, ma
 from click.testing import CliRunner
 
 from hfexport.cli import main
-from hfexport.gate import changes, checks, report
+from hfexport.gate import changes, checks, report, schema, views
 from hfexport.gate.run import CheckOptions, Target, run_check, target_for
 
 # Cut after LlamaForCausalLM: two model classes keep the runs short.
@@ -111,7 +111,7 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     )
     assert code == 1, output
     data = json.loads((out / "report.json").read_text())
-    assert report.validate_report(data) == []
+    assert schema.validate_report(data) == []
     cells = {c["model_class"]: c for c in data["cells"]}
     assert sorted(cells) == sorted(LLAMA_CLASSES)
     failing = cells["LlamaForCausalLM"]
@@ -130,7 +130,7 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     assert 'name="LlamaForCausalLM"' in junit and "<failure" in junit
     assert (out / "report.md").read_text().startswith("<!-- hfexport-report -->")
     assert "what to do: no translation: onnx cannot express &#96;prims.prod&#96;" in (out / "report.md").read_text()
-    annotations = report.github_annotations(data)
+    annotations = views.github_annotations(data)
     assert annotations == [a for a in annotations if a.startswith(f"::error file={LLAMA},line=")]
 
     # A later change to the same model: the failure already happens at base, so the gate passes.
@@ -187,7 +187,7 @@ def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
     assert f"· at {LLAMA}:{line}</summary>" in markdown and "breaks 4 checks" in markdown
     assert "data-dependent" in markdown and "torch.\\_check" in markdown
     assert all(name in markdown.split("breaks 4 checks")[1] for name in LLAMA_CLASSES)
-    annotations = report.github_annotations(data)
+    annotations = views.github_annotations(data)
     assert len(annotations) == 1 and annotations[0].startswith(f"::error file={LLAMA},line={line},title=4 checks")
     assert "torch._check" in annotations[0]
     # Under the terminal's table too (past the progress lines): the cause once, with its line and the hint.
@@ -282,13 +282,13 @@ def test_shards_partition_the_cells_and_merge_back(tmp_path: Path, monkeypatch: 
         if k == 2:
             share[0].update(_cell(share[0]["model_class"], share[0]["backend"], "fail", "new"))
         report.finalize(part)
-        assert report.validate_report(part) == []
+        assert schema.validate_report(part) == []
         paths.append(tmp_path / f"shard{k}.json")
-        paths[-1].write_text(report.to_json(part))
+        paths[-1].write_text(views.to_json(part))
     code, output = _run(["merge", *map(str, paths), "--report-dir", str(tmp_path / "merged")], tmp_path, monkeypatch)
     merged = json.loads((tmp_path / "merged" / "report.json").read_text())
     assert code == 1, output
-    assert report.validate_report(merged) == []
+    assert schema.validate_report(merged) == []
     assert merged["summary"]["total"] == 20 and merged["summary"]["new_failures"] == 1
 
 
@@ -297,7 +297,7 @@ def test_validator_names_what_is_wrong() -> None:
         report.new_report("hfexport", ["onnx"], {"mode": "models", "model_types": [], "representative": False}, {})
     )
     data["cells"].append(_cell("LlamaModel", "onnx", "exploded"))
-    errors = report.validate_report(data)
+    errors = schema.validate_report(data)
     assert any("cells[0].status" in e for e in errors)
 
 
@@ -305,7 +305,7 @@ def test_annotations_escape_and_skip_pre_existing() -> None:
     data = report.new_report("hfexport", ["onnx"], {"mode": "models", "model_types": [], "representative": False}, {})
     data["cells"] = [_cell("A", "onnx", "fail", "new"), _cell("B", "onnx", "fail", "pre-existing")]
     data["cells"][0]["error"] = "line1, with: 100%\nline2"
-    lines = report.github_annotations(report.finalize(data))
+    lines = views.github_annotations(report.finalize(data))
     assert len(lines) == 1
     assert lines[0].startswith(f"::error file={LLAMA},line=10,title=A does not export to onnx::")
     assert "100%25" in lines[0] and "%0A" in lines[0]

@@ -17,7 +17,7 @@ from test_markdown import HOSTILE, cell, report
 
 from hfexport.cli import main
 from hfexport.gate.markdown import MARKER, text_size
-from hfexport.gate.report import ReportError, load_report
+from hfexport.gate.schema import ReportError, load_report
 from hfexport.github.comment import ACTIONS_BOT, CommentError, resolve_target
 
 TOKEN = "ghs_s3cr3tT0kenValue0123456789"

@@ -165,6 +165,8 @@ def test_max_chars_below_the_minimum_is_refused():
 
 def test_tool_errors_and_classes_not_checked_are_shown_apart():
     from hfexport.gate import report as gate_report
+    from hfexport.gate import schema as gate_schema
+    from hfexport.gate import views as gate_views
 
     frame = {
         "file": "hfexport/exporters/exporter_dynamo.py",
@@ -190,7 +192,7 @@ def test_tool_errors_and_classes_not_checked_are_shown_apart():
     )
     data["cells"] = cells
     data = gate_report.finalize(data)
-    assert gate_report.validate_report(data) == []
+    assert gate_schema.validate_report(data) == []
     assert data["exit_code"] == 2 and data["summary"]["tool_errors"] == 1 and data["summary"]["not_checked"] == 1
     assert data["summary"]["failed"] == 0 and data["summary"]["new_failures"] == 0
     text = render_markdown(data)
@@ -202,12 +204,12 @@ def test_tool_errors_and_classes_not_checked_are_shown_apart():
     assert rows["LlamaForTokenClassification"][0].startswith("❔ not checked · eager · ValueError")
     assert "hfexport code: hfexport/exporters/exporter\\_dynamo.py:262 in \\_is\\_walkable\\_object" in text
     assert "off in this transformers: transformers.cache\\_utils.DummyLayer" in text
-    terminal = gate_report.terminal_table(data)
+    terminal = gate_views.terminal_table(data)
     assert "TOOL ERROR stage 2 model patches" in terminal and "not checked" in terminal
     assert "(at hfexport/exporters/exporter_dynamo.py:262 in _is_walkable_object)" in terminal
-    junit = gate_report.junit_xml(data)
+    junit = gate_views.junit_xml(data)
     assert 'type="hfexport tool error"' in junit and "not checked:" in junit
-    annotations = gate_report.github_annotations(data)
+    annotations = gate_views.github_annotations(data)
     assert [a.split(" ", 1)[0] for a in annotations] == ["::error", "::notice"]
 
 

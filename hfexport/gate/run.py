@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import changes, report
+from . import changes, report, views
 from .cache import ResultCache
 from .cache import environment as cache_environment
 from .cells import BACKENDS, FAILURE_STATUSES, Cell, in_shard
@@ -303,13 +303,13 @@ def run_check(
                 if cell.failed and target.base is None:
                     cell.regression = "new"
                 done += 1
-                echo(report.progress_line(done, total, cell))
+                echo(views.progress_line(done, total, cell))
 
             to_run = []
             for cell, selected in pairs:
                 if cell.status == "skipped":
                     done += 1
-                    echo(report.progress_line(done, total, cell))
+                    echo(views.progress_line(done, total, cell))
                 else:
                     to_run.append((cell, selected))
             if to_run:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..gate.markdown import MARKER, render_markdown
-from ..gate.report import SHA
+from ..gate.schema import SHA
 from .event import EventError, event_pr, read_event
 
 DEFAULT_API_URL = "https://api.github.com"

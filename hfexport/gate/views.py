@@ -1,0 +1,168 @@
+"""Views of a report for machines and terminals: JSON, the terminal table and progress lines, JUnit XML, GitHub
+annotations, and the report files (``markdown.py`` renders the PR comment)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from .. import actions
+from .causes import group, hint
+from .cells import Cell, disabled_features
+
+
+def _json_safe(value: Any) -> Any:
+    # NaN/inf are not JSON: a diff that could not be computed is recorded as null.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(_json_safe(report), indent=2, sort_keys=False) + "\n"
+
+
+def progress_line(done: int, total: int, cell: Cell) -> str:
+    took = f" [{cell.seconds:.1f} s]" if cell.seconds is not None else ""
+    return f"[{done}/{total}] {cell.model_class} · {cell.backend}: {cell.label()}{took}"
+
+
+def terminal_table(report: dict[str, Any]) -> str:
+    """Rows = model classes, columns = backends, then one line per failure with its stage and error."""
+    backends = report["backends"]
+    cells = [Cell.from_dict(c) for c in report["cells"]]
+    rows: dict[str, dict[str, Cell]] = {}
+    for cell in cells:
+        rows.setdefault(cell.model_class, {})[cell.backend] = cell
+    table = [["model class", *backends]]
+    for model_class, by_backend in rows.items():
+        table.append([model_class, *[by_backend[b].short() if b in by_backend else "-" for b in backends]])
+    widths = [min(48, max(len(row[i]) for row in table)) for i in range(len(table[0]))]
+    lines = [
+        "  ".join(value[:48].ljust(width) for value, width in zip(row, widths, strict=True)).rstrip() for row in table
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    for cause in group(cells):
+        lines.append(f"  {cause.broken}: {cause.cell.label()}")
+        advice = hint(cause.cell)
+        if advice:
+            lines.append(f"    what to do: {advice}")
+    for cell in cells:
+        if cell.status == "skipped":
+            lines.append(f"  {cell.model_class} · {cell.backend}: {cell.label()}")
+    lines.append(summary_counts(report["summary"]))
+    for name, feature in disabled_features(report).items():
+        lines.append(f"off in this transformers (no {name}): {feature}")
+    if report["summary"].get("tool_errors"):
+        lines.append("hfexport itself failed (tool errors above): these cells say nothing about the models")
+    return "\n".join(lines)
+
+
+def summary_counts(summary: dict[str, int]) -> str:
+    return (
+        f"{summary['total']} cells: {summary['passed']} passed, {summary['failed']} failed "
+        f"({summary['new_failures']} new, {summary['pre_existing']} pre-existing), {summary['fixed']} fixed, "
+        f"{summary['skipped']} skipped, {summary.get('tool_errors', 0)} tool errors, "
+        f"{summary.get('not_checked', 0)} not checked"
+    ) + (f", {summary['not_run']} not run (budget)" if summary.get("not_run") else "")
+
+
+def junit_xml(report: dict[str, Any]) -> str:
+    """One testsuite per backend, one testcase per model class; pre-existing failures and skips are skipped."""
+    root = ET.Element("testsuites", name="hfexport")
+    for backend in report["backends"]:
+        cells = [Cell.from_dict(c) for c in report["cells"] if c["backend"] == backend]
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"hfexport.{backend}",
+            tests=str(len(cells)),
+            failures=str(sum(c.status == "fail" and c.new_failure for c in cells)),
+            errors=str(sum((c.status != "fail" and c.new_failure) or c.status == "tool_error" for c in cells)),
+            skipped=str(sum(c.status in ("skipped", "not_checked", "not_run") or c.pre_existing for c in cells)),
+        )
+        for cell in cells:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"{backend}.{cell.model_type}",
+                name=cell.model_class,
+                time=f"{cell.seconds or 0:.3f}",
+            )
+            if cell.status == "skipped":
+                ET.SubElement(case, "skipped", message=cell.skip_reason or "")
+            elif cell.status == "not_checked":
+                ET.SubElement(case, "skipped", message=f"not checked: {cell.label()}")
+            elif cell.status == "not_run":
+                ET.SubElement(case, "skipped", message=cell.error or "not run")
+            elif cell.status == "tool_error":
+                element = ET.SubElement(case, "error", message=cell.label(), type="hfexport tool error")
+                element.text = cell.label()
+            elif cell.pre_existing:
+                ET.SubElement(case, "skipped", message=f"pre-existing: {cell.label()}")
+            elif cell.new_failure:
+                tag = "failure" if cell.status == "fail" else "error"
+                element = ET.SubElement(case, tag, message=cell.label(), type=cell.error_type or cell.status or "")
+                element.text = cell.label()
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def github_annotations(report: dict[str, Any]) -> list[str]:
+    """``::error`` per cause of new failures (on the line that broke) and per tool error; ``::notice`` per class not
+    checked. A line that breaks several classes or backends gets one annotation naming them all."""
+    lines = []
+    cells = [Cell.from_dict(c) for c in report["cells"]]
+    for cell in cells:
+        if cell.status == "not_checked":
+            title = f"{cell.model_class} not checked on {cell.backend}"
+            lines.append(actions.command("notice", cell.label(), title=title))
+        elif cell.status == "tool_error":
+            title = f"hfexport failed checking {cell.model_class} on {cell.backend}"
+            lines.append(actions.command("error", cell.label(), title=title))
+    not_run = [c for c in cells if c.status == "not_run"]
+    if not_run:
+        title = f"{len(not_run)} checks not run within the time budget"
+        lines.append(actions.command("notice", hint(not_run[0]) or "", title=title))
+    for cause in group([c for c in cells if c.new_failure]):
+        cell = cause.cell
+        # The line that broke when the trace reached the checkout's code, else the model class's line.
+        source = cell.model_location or cell.source or {}
+        count = len(cause.cells)
+        title = f"{cell.model_class} does not export to {cell.backend}"
+        if count > 1:
+            title = f"{count} checks break here: {cause.broken}"[:300]
+        message = cell.label() + (f"\nWhat to do: {advice}" if (advice := hint(cell)) else "")
+        file = source.get("file") or None
+        line = (source.get("line") or None) if file else None
+        lines.append(actions.command("error", message, file=file, line=line, title=title))
+    return lines
+
+
+def write_reports(report: dict[str, Any], report_dir: Path, details_url: str | None = None) -> dict[str, Path]:
+    """report.json, report.md, junit.xml (and the job summary when ``$GITHUB_STEP_SUMMARY`` is set)."""
+    from .markdown import render_markdown
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    markdown = render_markdown(report, details_url=details_url)
+    written = {
+        "json": report_dir / "report.json",
+        "markdown": report_dir / "report.md",
+        "junit": report_dir / "junit.xml",
+    }
+    written["json"].write_text(to_json(report))
+    written["markdown"].write_text(markdown)
+    written["junit"].write_text(junit_xml(report))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as handle:
+            handle.write(markdown + "\n")
+    return written
