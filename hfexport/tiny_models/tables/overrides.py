@@ -1,157 +1,22 @@
-"""The data the tiny-model builder works from: tiny sizes, the config keys they replace, per-type fixes.
-
-Making another model type build is usually an entry here (an override, a cap, a key in a set), not code elsewhere.
-"""
+"""Per model type, the config entries generic shrinking cannot derive (``OVERRIDES``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# ── Tiny sizes ──
-HIDDEN = 32
-HEADS = 4
-KV_HEADS = 2
-HEAD_DIM = HIDDEN // HEADS
-INTERMEDIATE = 64
-LAYERS = 2
-VOCAB = 128
-MAX_POSITIONS = 512
-IMAGE_SIZE = 32
-PATCH_SIZE = 8
-FRAMES = 4
-EXPERTS = 4
-EXPERTS_PER_TOKEN = 2
-
-# ── Model classes ──
-# Task heads in the order that picks a model type's default class; the base model comes last.
-DEFAULT_HEAD_MAPPINGS = (
-    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
-    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
-    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
-    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
-    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
-    "MODEL_FOR_CTC_MAPPING_NAMES",
-    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
-)
-# Heads listed by model_classes_for_type: the default ones plus multimodal generation.
-MAIN_HEAD_MAPPINGS = (
-    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
-    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
-    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
-    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
-    "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
-    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
-    "MODEL_FOR_CTC_MAPPING_NAMES",
-    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+from .sizes import (
+    EXPERTS,
+    EXPERTS_PER_TOKEN,
+    HEAD_DIM,
+    HEADS,
+    HIDDEN,
+    IMAGE_SIZE,
+    INTERMEDIATE,
+    LAYERS,
+    PATCH_SIZE,
+    VOCAB,
 )
 
-# ── Config keys and their tiny values ──
-HIDDEN_KEYS = frozenset(
-    {
-        "hidden_size",
-        # BLT's local models read the global transformer's width.
-        "hidden_size_global",
-        "d_model",
-        "n_embd",
-        "n_embed",
-        "embed_dim",
-        "emb_dim",
-        "dim",
-        "d_latents",
-        "word_embed_proj_dim",
-        "embedding_size",
-        "embedding_dim",
-        "projection_dim",
-        "classifier_proj_size",
-        "xvector_output_dim",
-        "codevector_dim",
-        "proj_codevector_dim",
-    }
-)
-INTERMEDIATE_KEYS = frozenset({"ffn_dim", "d_ff", "n_inner", "hidden_dim"})
-# "depth" as a number is a layer count (vision towers); as a list, per-stage block counts (DEPTH_LIST_KEYS).
-LAYER_KEYS = frozenset({"num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers", "depth"})
-HEAD_KEYS = frozenset({"n_head", "n_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads"})
-KV_HEAD_KEYS = frozenset(
-    {"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num", "num_key_value_heads_per_layer"}
-)
-HEAD_DIM_KEYS = frozenset(
-    {
-        "head_dim",
-        "d_kv",
-        "kv_channels",
-        "rotary_dim",
-        "qk_rope_head_dim",
-        "qk_nope_head_dim",
-        "v_head_dim",
-        "swa_head_dim",
-    }
-)
-LORA_RANK_KEYS = frozenset({"kv_lora_rank", "q_lora_rank"})
-EXPERT_KEYS = frozenset({"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"})
-EXPERTS_PER_TOKEN_KEYS = frozenset({"num_experts_per_tok", "moe_top_k", "moe_topk", "moe_k", "num_selected_experts"})
-# Grouped routing (DeepSeek-style) needs experts divisible by groups: one group keeps it trivially true.
-ONE_KEYS = frozenset({"n_group", "topk_group", "n_shared_experts", "first_k_dense_replace", "zero_expert_num"})
-EXACT_CAPS = (
-    (HIDDEN_KEYS, HIDDEN),
-    (INTERMEDIATE_KEYS, INTERMEDIATE),
-    (LAYER_KEYS, LAYERS),
-    (HEAD_KEYS, HEADS),
-    # Grouped-query attention even where the full-size model is multi-head; multi-query stays as is.
-    (KV_HEAD_KEYS, KV_HEADS),
-    (HEAD_DIM_KEYS, HEAD_DIM),
-    (LORA_RANK_KEYS, 2 * HEAD_DIM),
-    (EXPERT_KEYS, EXPERTS),
-    (EXPERTS_PER_TOKEN_KEYS, EXPERTS_PER_TOKEN),
-    (ONE_KEYS, 1),
-)
-# Families of keys named by their ending ("vision_hidden_size", "shape_vocab_size", ...): (suffixes, cap).
-SUFFIX_CAPS = (
-    (("hidden_size", "_embed_dim", "_emb_dim", "_emb_size", "_embedding_dim", "_embedding_size"), HIDDEN),
-    (("intermediate_size", "_ffn_dim", "_inner_dim"), INTERMEDIATE),
-    (("num_hidden_layers", "_num_layers", "num_encoder_layers", "num_decoder_layers"), LAYERS),
-    (("num_attention_heads", "_num_heads", "_attention_heads"), HEADS),
-    (("_num_key_value_heads",), KV_HEADS),
-    (("vocab_size",), VOCAB),
-)
-CAPS = {
-    "max_position_embeddings": MAX_POSITIONS,
-    "n_positions": MAX_POSITIONS,
-    "max_source_positions": 32,
-    "max_target_positions": 64,
-    "num_mel_bins": 16,
-    "num_conv_pos_embeddings": 16,
-    "num_conv_pos_embedding_groups": 2,
-    "num_codevectors_per_group": 8,
-    "image_size": IMAGE_SIZE,
-    "crop_size": IMAGE_SIZE,
-    "patch_size": PATCH_SIZE,
-    # Video encoders: frames as a multiple of the tubelet's 2 frames.
-    "num_frames": FRAMES,
-    "frames_per_clip": FRAMES,
-    "window_size": 4,
-    # DETR-like two-stage decoders pick their queries by top-k over the few encoder tokens of a tiny image.
-    "num_queries": 8,
-    # Spectrogram transformers (AST) take exactly max_length frames.
-    "max_length": 64,
-    "mamba_d_head": HEAD_DIM,
-    "mamba_d_state": 16,
-    "state_size": 16,
-    "mamba_chunk_size": 32,
-    "chunk_size": 32,
-    # Depthwise upsampling convs (mimi, pocket_tts) have one group per hidden channel.
-    "upsample_groups": HIDDEN,
-}
-# Channel widths of conv feature extractors, and of resnet-like stages (which widen stage by stage).
-CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim"})
-STAGE_WIDTH_LIST_KEYS = frozenset({"hidden_sizes", "embed_dim", "embedding_dims"})
-DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
-# Indices of the layers whose hidden states an outer model reads (depth_pro's fusion of its encoder's layers).
-LAYER_INDEX_LIST_KEYS = frozenset({"intermediate_hook_ids"})
-# Switches that would need optional dependencies or downloads (timm, pretrained backbones).
-FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
-# Config entries that are bookkeeping, not architecture: the constructor sets them itself.
-SKIPPED_KEYS = frozenset({"transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype"})
 # A tiny transformers ViT standing in for vision towers that default to timm (which does not install here).
 _TINY_VIT = {
     "model_type": "vit",
@@ -372,88 +237,3 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         }
     },
 }
-
-# ── Classes no tiny model stands in for ──
-# Model class -> why no small config runs it eagerly here (a package the project cannot install, an input only a
-# runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
-# cells as not checked, with it.
-_TIMM = "a timm model: timm needs torchvision, which does not install beside the project's torch"
-UNRUNNABLE: dict[str, str] = {
-    "TimmBackbone": _TIMM,
-    "TimmWrapperModel": _TIMM,
-    "TimmWrapperForImageClassification": _TIMM,
-    "Gemma4AssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer reusing"
-    " them (what the assistant config enforces) fails Gemma4TextConfig.kv_sharing_modes (no producing layer)",
-    "Gemma4UnifiedAssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer"
-    " reusing them fails Gemma4UnifiedTextConfig.kv_sharing_modes (no producing layer)",
-    "DinatForImageClassification": "its neighborhood attention needs natten, which this project does not install",
-    "LayoutLMv2Model": "its visual backbone is a detectron2 model, which this project does not install",
-    "EdgeTamModel": "its vision backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
-    "EdgeTamVisionModel": "its backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
-    "Gemma3nForConditionalGeneration": "its vision tower is a timm_wrapper (MobileNetV5) called with timm-only"
-    " arguments (do_pooling); timm needs torchvision, which breaks beside this torch",
-    "FastVlmModel": "its vision tower is a timm_wrapper (FastViT), whose hybrid feature map only timm produces",
-    # No forward of their own: they only generate (Bark chains three sub-models) or encode/decode (a VQ-VAE).
-    "BarkModel": "no forward: generation chains its semantic, coarse and fine sub-models (generate only)",
-    "GlmImageVQVAE": "no forward: a VQ-VAE used through encode and decode only",
-    # Video trackers read their frames, prompts and memory bank from a mutable session object, not from tensors.
-    "Sam2VideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
-    "Sam3TrackerVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
-    "Sam3VideoModel": "forward takes an inference_session (frames, text prompts, tracker state), not tensors",
-    "EdgeTamVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
-    # Sample inputs have a batch of at least 2 (it stays a dynamic dimension).
-    "TvpModel": "runs with batch size 1 only: its column position embeddings are viewed with the batch size",
-}
-
-# ── Alternate configs ──
-# A second tiny config for a representative class of each family: constructor arguments applied on top of the shrunk
-# config (``tiny_model(name, overrides=ALTERNATE_CONFIGS[name])``) that take other code paths of the same model.
-# Sliding windows stay shorter than sample_inputs' 7 tokens, so the window masks something.
-ALTERNATE_CONFIGS: dict[str, dict[str, Any]] = {
-    "LlamaForCausalLM": {"tie_word_embeddings": True, "num_hidden_layers": 3},
-    "MistralForCausalLM": {"sliding_window": 4},
-    "Gemma3ForCausalLM": {
-        "num_hidden_layers": 3,
-        "sliding_window": 4,
-        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-    },
-    # BERT as a decoder: causal mask and a key/value cache.
-    "BertModel": {"is_decoder": True, "type_vocab_size": 4},
-    "ViTModel": {"image_size": 48, "patch_size": 16, "num_channels": 1},
-    # Untied T5 (mT5, Flan-T5) skips the decoder output scaling; gated-gelu doubles the feed-forward input projection.
-    "T5ForConditionalGeneration": {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
-    # Every second layer sparse (the default, every fourth, leaves two layers without a router or experts).
-    "NllbMoeForConditionalGeneration": {"encoder_sparse_step": 2, "decoder_sparse_step": 2, "expert_capacity": 16},
-}
-
-# ── Sample inputs ──
-# Audio LMs that stack their codebooks into the batch: (batch * num_codebooks, sequence) ids.
-CODEBOOK_STACKED_TYPES = ("musicgen_decoder", "musicgen_melody_decoder")
-# Where audio encoders keep their feature width per frame: the first one set wins.
-FEATURE_SIZE_KEYS = (
-    "feature_projection_input_dim",
-    "num_mel_bins",
-    "input_feat_per_channel",
-    "feature_size",
-    "input_feat_size",
-)
-# Model type -> forward arguments its signature leaves optional but its forward cannot run without.
-NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
-    "bros": ("bbox",),
-    "udop": ("bbox",),
-    "audioflamingo3_encoder": ("input_features_mask",),
-    "blip_2_qformer": ("encoder_hidden_states",),
-    "instructblip": ("input_ids",),
-    "instructblipvideo": ("input_ids",),
-    "pi0": ("pixel_values", "pixel_attention_mask"),
-    "clap": ("input_features",),
-    "clvp": ("input_features",),
-    "voxtral_realtime": ("input_features",),
-}
-# Model class -> the forward parameter its main waveform goes to, where that is not input_values.
-WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
-# VLMs whose ids must hold a placeholder per image feature, where the features are spliced in.
-SPLICED_IMAGE_TYPES = ("instructblip", "instructblipvideo", "kosmos-2", "lfm2_vl", "pi0")
-# Model type -> images per sample of models whose pixel_values stack several (video frames, robot cameras, the two
-# images a keypoint matcher pairs) though no config key says how many.
-CLIP_TYPES = {"instructblipvideo": FRAMES, "pi0": 1, "lightglue": 2}

@@ -1,0 +1,106 @@
+"""The data the tiny-model builder works from: tiny sizes, the config keys they replace, per-type fixes.
+
+Making another model type build is usually an entry here (an override, a cap, a key in a set), not code elsewhere.
+
+The tables, by concern: ``sizes`` (tiny sizes, model-class mappings, config keys and their caps), ``overrides``
+(per model type), ``per_class`` (per-class configs, ``UNRUNNABLE``, ``ALTERNATE_CONFIGS``), ``samples`` (what
+sample inputs read).
+"""
+
+from .overrides import (
+    OVERRIDES,
+)
+from .per_class import (
+    ALTERNATE_CONFIGS,
+    UNRUNNABLE,
+)
+from .samples import (
+    CLIP_TYPES,
+    CODEBOOK_STACKED_TYPES,
+    FEATURE_SIZE_KEYS,
+    NEEDED_INPUTS,
+    SPLICED_IMAGE_TYPES,
+    WAVEFORM_INPUTS,
+)
+from .sizes import (
+    CAPS,
+    CHANNEL_LIST_KEYS,
+    DEFAULT_HEAD_MAPPINGS,
+    DEPTH_LIST_KEYS,
+    EXACT_CAPS,
+    EXPERT_KEYS,
+    EXPERTS,
+    EXPERTS_PER_TOKEN,
+    EXPERTS_PER_TOKEN_KEYS,
+    FORCED,
+    FRAMES,
+    HEAD_DIM,
+    HEAD_DIM_KEYS,
+    HEAD_KEYS,
+    HEADS,
+    HIDDEN,
+    HIDDEN_KEYS,
+    IMAGE_SIZE,
+    INTERMEDIATE,
+    INTERMEDIATE_KEYS,
+    KV_HEAD_KEYS,
+    KV_HEADS,
+    LAYER_INDEX_LIST_KEYS,
+    LAYER_KEYS,
+    LAYERS,
+    LORA_RANK_KEYS,
+    MAIN_HEAD_MAPPINGS,
+    MAX_POSITIONS,
+    ONE_KEYS,
+    PATCH_SIZE,
+    SKIPPED_KEYS,
+    STAGE_WIDTH_LIST_KEYS,
+    SUFFIX_CAPS,
+    VOCAB,
+)
+
+__all__ = [
+    "ALTERNATE_CONFIGS",
+    "CAPS",
+    "CHANNEL_LIST_KEYS",
+    "CLIP_TYPES",
+    "CODEBOOK_STACKED_TYPES",
+    "DEFAULT_HEAD_MAPPINGS",
+    "DEPTH_LIST_KEYS",
+    "EXACT_CAPS",
+    "EXPERTS",
+    "EXPERTS_PER_TOKEN",
+    "EXPERTS_PER_TOKEN_KEYS",
+    "EXPERT_KEYS",
+    "FEATURE_SIZE_KEYS",
+    "FORCED",
+    "FRAMES",
+    "HEADS",
+    "HEAD_DIM",
+    "HEAD_DIM_KEYS",
+    "HEAD_KEYS",
+    "HIDDEN",
+    "HIDDEN_KEYS",
+    "IMAGE_SIZE",
+    "INTERMEDIATE",
+    "INTERMEDIATE_KEYS",
+    "KV_HEADS",
+    "KV_HEAD_KEYS",
+    "LAYERS",
+    "LAYER_INDEX_LIST_KEYS",
+    "LAYER_KEYS",
+    "LORA_RANK_KEYS",
+    "MAIN_HEAD_MAPPINGS",
+    "MAX_POSITIONS",
+    "NEEDED_INPUTS",
+    "ONE_KEYS",
+    "OVERRIDES",
+    "PATCH_SIZE",
+    "SKIPPED_KEYS",
+    "SPLICED_IMAGE_TYPES",
+    "STAGE_WIDTH_LIST_KEYS",
+    "SUFFIX_CAPS",
+    "UNRUNNABLE",
+    "VOCAB",
+    "WAVEFORM_INPUTS",
+]

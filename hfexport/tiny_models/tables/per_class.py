@@ -1,0 +1,58 @@
+"""Per model class: configs one class of a type needs, classes no tiny model runs here, alternate configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# ── Classes no tiny model stands in for ──
+# Model class -> why no small config runs it eagerly here (a package the project cannot install, an input only a
+# runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
+# cells as not checked, with it.
+_TIMM = "a timm model: timm needs torchvision, which does not install beside the project's torch"
+UNRUNNABLE: dict[str, str] = {
+    "TimmBackbone": _TIMM,
+    "TimmWrapperModel": _TIMM,
+    "TimmWrapperForImageClassification": _TIMM,
+    "Gemma4AssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer reusing"
+    " them (what the assistant config enforces) fails Gemma4TextConfig.kv_sharing_modes (no producing layer)",
+    "Gemma4UnifiedAssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer"
+    " reusing them fails Gemma4UnifiedTextConfig.kv_sharing_modes (no producing layer)",
+    "DinatForImageClassification": "its neighborhood attention needs natten, which this project does not install",
+    "LayoutLMv2Model": "its visual backbone is a detectron2 model, which this project does not install",
+    "EdgeTamModel": "its vision backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
+    "EdgeTamVisionModel": "its backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
+    "Gemma3nForConditionalGeneration": "its vision tower is a timm_wrapper (MobileNetV5) called with timm-only"
+    " arguments (do_pooling); timm needs torchvision, which breaks beside this torch",
+    "FastVlmModel": "its vision tower is a timm_wrapper (FastViT), whose hybrid feature map only timm produces",
+    # No forward of their own: they only generate (Bark chains three sub-models) or encode/decode (a VQ-VAE).
+    "BarkModel": "no forward: generation chains its semantic, coarse and fine sub-models (generate only)",
+    "GlmImageVQVAE": "no forward: a VQ-VAE used through encode and decode only",
+    # Video trackers read their frames, prompts and memory bank from a mutable session object, not from tensors.
+    "Sam2VideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
+    "Sam3TrackerVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
+    "Sam3VideoModel": "forward takes an inference_session (frames, text prompts, tracker state), not tensors",
+    "EdgeTamVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
+    # Sample inputs have a batch of at least 2 (it stays a dynamic dimension).
+    "TvpModel": "runs with batch size 1 only: its column position embeddings are viewed with the batch size",
+}
+
+# ── Alternate configs ──
+# A second tiny config for a representative class of each family: constructor arguments applied on top of the shrunk
+# config (``tiny_model(name, overrides=ALTERNATE_CONFIGS[name])``) that take other code paths of the same model.
+# Sliding windows stay shorter than sample_inputs' 7 tokens, so the window masks something.
+ALTERNATE_CONFIGS: dict[str, dict[str, Any]] = {
+    "LlamaForCausalLM": {"tie_word_embeddings": True, "num_hidden_layers": 3},
+    "MistralForCausalLM": {"sliding_window": 4},
+    "Gemma3ForCausalLM": {
+        "num_hidden_layers": 3,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+    },
+    # BERT as a decoder: causal mask and a key/value cache.
+    "BertModel": {"is_decoder": True, "type_vocab_size": 4},
+    "ViTModel": {"image_size": 48, "patch_size": 16, "num_channels": 1},
+    # Untied T5 (mT5, Flan-T5) skips the decoder output scaling; gated-gelu doubles the feed-forward input projection.
+    "T5ForConditionalGeneration": {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+    # Every second layer sparse (the default, every fourth, leaves two layers without a router or experts).
+    "NllbMoeForConditionalGeneration": {"encoder_sparse_step": 2, "decoder_sparse_step": 2, "expert_capacity": 16},
+}
