@@ -112,3 +112,19 @@ def test_base_and_head_versions_of_a_file_keep_an_entry_each(tmp_path: Path) -> 
     source.write_text("# model\n")
     base, _, _ = _entry(tmp_path, ENVIRONMENT)
     assert base.get(job)["max_abs_diff"] == 1.0
+
+
+def test_without_a_budget_cells_start_longest_first_by_their_last_run(tmp_path: Path) -> None:
+    cache, job, result = _entry(tmp_path, ENVIRONMENT)
+    jobs = [{"model_class": "LlamaModel", "backend": backend} for backend in ("dynamo", "onnx", "executorch")]
+    # Nothing known yet: each backend's usual length, ExecuTorch's the longest.
+    assert run._longest_first([0, 1, 2], jobs, cache) == [2, 1, 0]
+    assert run._longest_first([0, 1, 2], jobs, None) == [2, 1, 0]
+    # The cell's own last run decides once the cache holds one, whatever its files were then.
+    assert cache.last_seconds(job) is None
+    cache.put(jobs[1], {**result, "timings": {"total": 95.0}})
+    source = tmp_path / "site" / "transformers" / "models" / "llama" / "modeling_llama.py"
+    source.write_text("# changed since\n")
+    later, _, _ = _entry(tmp_path, ENVIRONMENT)
+    assert later.get(jobs[1]) is None and later.last_seconds(jobs[1]) == 95.0
+    assert run._longest_first([0, 1, 2], jobs, later) == [1, 2, 0]

@@ -160,6 +160,14 @@ class ResultCache:
                 return entry["result"]
         return None
 
+    def last_seconds(self, job: dict[str, Any]) -> float | None:
+        """How long the newest kept run of ``job`` took, whatever its files were then: an estimate of the next one."""
+        entries = sorted((self.directory / self.key(job)).glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for path in entries:
+            with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+                return float(json.loads(path.read_text())["result"]["timings"]["total"])
+        return None
+
     def put(self, job: dict[str, Any], result: dict[str, Any]) -> None:
         """Keep a deterministic result with the hashes of the files its job imported (``result["sources"]``)."""
         sources = result.get("sources") or []

@@ -210,7 +210,10 @@ def _hfexport_engine() -> tuple[Callable, Callable, Callable]:
     from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportedModel
 
     def export(model: Any, inputs: dict[str, Any], backend: str, generation: bool) -> Any:
-        config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+        # Greedy generation is compared at the traced prompt only, so its prefill and decode programs are static: half
+        # the export time, and fewer XNNPACK partitions (4 against 33 on gemma3). Dynamic shapes are what the main
+        # export and its second shape check.
+        config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": not generation})
         exporter = AutoHfExporter.from_config(config)
         if generation:
             return exporter.export_for_generation(model, inputs, config)

@@ -185,6 +185,8 @@ def _run_cells(
             to_run.append(index)
     if not to_run:
         return
+    if deadline is None:
+        to_run = _longest_first(to_run, jobs, cache)
     running = worker.get()
     running.warm(sorted({cells[i][1].module for i in to_run if cells[i][1].module}))
     for position, result in running.run([jobs[i] for i in to_run], deadline):
@@ -192,6 +194,21 @@ def _run_cells(
         if cache:
             cache.put(jobs[index], result)
         on_result(cells[index][0], result)
+
+
+# A cell's usual seconds per backend (a tiny model, one core), until the result cache knows that cell's own.
+TYPICAL_SECONDS = {"executorch": 30.0, "onnx": 12.0, "dynamo": 6.0}
+
+
+def _longest_first(indices: list[int], jobs: list[dict[str, Any]], cache: ResultCache | None) -> list[int]:
+    """Without a budget the longest cells start first, so no core idles at the end behind one started last; the
+    expected length is the cell's own last run where the result cache kept one, else its backend's usual."""
+
+    def expected(index: int) -> float:
+        known = cache.last_seconds(jobs[index]) if cache else None
+        return known if known is not None else TYPICAL_SECONDS.get(jobs[index]["backend"], 10.0)
+
+    return sorted(indices, key=lambda index: -expected(index))
 
 
 @contextlib.contextmanager
