@@ -23,6 +23,7 @@ from .classes import CONFIG_MAPPING_NAMES, resolve_model_class
 from .tables import (
     CAPS,
     CHANNEL_LIST_KEYS,
+    CLASS_OVERRIDES,
     DEPTH_LIST_KEYS,
     EXACT_CAPS,
     EXPERT_KEYS,
@@ -421,7 +422,7 @@ def _build_tiny_config(model_class: type[PreTrainedModel], overrides: dict[str, 
     model_type = getattr(config_cls, "model_type", "")
     default = AutoConfig.for_model(model_type) if model_type in CONFIG_MAPPING_NAMES else config_cls()
     kwargs = _shrink_config(default, _TokenIds())
-    return type(default)(**{**kwargs, **overrides})
+    return type(default)(**{**kwargs, **CLASS_OVERRIDES.get(model_class.__name__, {}), **overrides})
 
 
 def _with_overrides(config: PretrainedConfig, overrides: dict[str, Any]) -> PretrainedConfig:

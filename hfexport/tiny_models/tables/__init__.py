@@ -12,6 +12,7 @@ from .overrides import (
 )
 from .per_class import (
     ALTERNATE_CONFIGS,
+    CLASS_OVERRIDES,
     UNRUNNABLE,
 )
 from .samples import (
@@ -63,6 +64,7 @@ __all__ = [
     "ALTERNATE_CONFIGS",
     "CAPS",
     "CHANNEL_LIST_KEYS",
+    "CLASS_OVERRIDES",
     "CLIP_TYPES",
     "CODEBOOK_STACKED_TYPES",
     "DEFAULT_HEAD_MAPPINGS",

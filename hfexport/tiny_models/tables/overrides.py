@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .sizes import (
+    CAPS,
     EXPERTS,
     EXPERTS_PER_TOKEN,
     HEAD_DIM,
@@ -26,6 +27,32 @@ _TINY_VIT = {
     "num_attention_heads": HEADS,
     "image_size": IMAGE_SIZE,
     "patch_size": PATCH_SIZE,
+}
+# PP-OCR intra-class blocks: Conv2d (kernel, stride, padding) per branch, each keeping the feature map's size.
+_INTRACLASS_BLOCK = {
+    "reduce_channel": [1, 1, 0],
+    "return_channel": [1, 1, 0],
+    **{
+        f"{branch}_{ratio}ratio": [kernel, 1, padding]
+        for ratio, size in (("long", 7), ("mid", 5), ("short", 3))
+        for branch, kernel, padding in (
+            ("vertical_long_to_small_conv", [size, 1], [size // 2, 0]),
+            ("horizontal_small_to_long_conv", [1, size], [0, size // 2]),
+            ("symmetric_conv_long", [size, size], [size // 2, size // 2]),
+        )
+    },
+}
+# A four-level PP-LCNetV4 for detectors: stage widths 16 to 64, each stage after the first halving the map.
+_LCNET_V4_DETECTOR = {
+    "stem_channels": [3, 16, 16],
+    "block_configs": [
+        [[3, 16, 16, 1, False]],
+        [[3, 16, 32, 2, False]],
+        [[3, 32, 64, 2, True]],
+        [[3, 64, 64, 2, False]],
+    ],
+    "out_features": ["stage1", "stage2", "stage3", "stage4"],
+    "out_indices": [1, 2, 3, 4],
 }
 # Per model type, what generic shrinking cannot derive (applies to sub-configs of that type too).
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -178,7 +205,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Multi-head attention only: key/value heads must equal the query heads.
     "esmc": {"num_key_value_heads": HEADS},
     # The last stage's width is the hidden size; the stages' widths and block counts are left to the constructor.
-    "efficientloftr": {"out_features": [16, 16, 32, HIDDEN], "stage_num_blocks": [1, 1, 1, 1]},
+    # Its rotary table is hidden_size // 4 wide, computed from a quarter of a head with partial_rotary_factor 4: eight
+    # heads, as at full size (256 / 8).
+    "efficientloftr": {
+        "out_features": [16, 16, 32, HIDDEN],
+        "stage_num_blocks": [1, 1, 1, 1],
+        "num_attention_heads": 8,
+    },
     # The adaptor's feed-forward is a quarter of the language model's width.
     "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
     # The flow head is conditioned on the backbone's hidden states.
@@ -234,6 +267,60 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "cohere_compass_text": {
         "rope_parameters": {
             "full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
+        }
+    },
+    # Checkpoints set the image placeholder id, which the default config leaves unset.
+    "blip-2": {"image_token_index": VOCAB - 1},
+    # The encoder reads the tiny Swin's last three stages (widths doubling from 32: 64, 128, 256); the layer norms
+    # after the backbone read timm's channels-last maps, and the transformers Swin standing in for it (see
+    # _without_timm) returns them channels first.
+    "omdet-turbo": {
+        "encoder_in_channels": [2 * HIDDEN, 4 * HIDDEN, 8 * HIDDEN],
+        "apply_layernorm_after_vision_backbone": False,
+        # The class prompts' projection reads the text model's width and writes the class embeddings'.
+        "text_projection_in_dim": HIDDEN,
+        "text_projection_out_dim": HIDDEN,
+    },
+    # Multi-head attention only (the relative position bias has one row per query head).
+    "granite_speech5_encoder": {"num_key_value_heads": HEADS},
+    # The vocoder reads the spectrogram the acoustic model makes: as many mel bins as its tiny config has.
+    "fastspeech2_conformer_with_hifigan": {"vocoder_config": {"model_in_dim": CAPS["num_mel_bins"]}},
+    # Likewise the image-token mapping (see chameleon): the placeholder and end-of-line ids, for text-only forwards.
+    "emu3": {"vocabulary_map": {"<image>": VOCAB - 1, "<|extra_200|>": VOCAB - 2}},
+    # The adapters project the towers' width into the text model's: both ends follow the tiny widths.
+    "dots3_note_vision_encoder": {"adapter_in_dim": HIDDEN, "adapter_out_dim": HIDDEN},
+    "dots3_note_audio_encoder": {"adapter_input_size": HIDDEN, "adapter_out_dim": HIDDEN},
+    # The default backbone of PP-OCRv6's detectors is the recognizer's (one output level, height-only strides): their
+    # necks fuse four levels at strides 4 to 32, each twice the size of the next. The medium one's intra-class blocks'
+    # conv layouts and upsampling factors are left to checkpoints (None by default); the small one's neck reads the
+    # widths its list says.
+    "pp_ocrv6_medium_det": {
+        "backbone_config": _LCNET_V4_DETECTOR,
+        "neck_out_channels": HIDDEN,
+        "intraclass_block_config": _INTRACLASS_BLOCK,
+        # Each level is upsampled to the finest one's size before they are concatenated.
+        "scale_factor_list": [1, 2, 4, 8],
+    },
+    "pp_ocrv6_small_det": {
+        "backbone_config": _LCNET_V4_DETECTOR,
+        "layer_list_out_channels": [16, 32, 64, 64],
+        "neck_out_channels": HIDDEN,
+    },
+    # The head concatenates every bridge stage's features; the default backbone outputs the last one only. The bridge's
+    # dilated convs reflect-pad by their dilation (up to 18), less than the stride-16 map of a tiny image allows: at
+    # most 3, on the 4 x 4 map of a 64-pixel image (IMAGE_SIZES).
+    "uvdoc": {
+        "backbone_config": {
+            "out_features": [f"stage{i}" for i in range(1, 7)],
+            "out_indices": list(range(1, 7)),
+            "stage_configs": [
+                [[128, 1]],
+                [[128, 2]],
+                [[128, 3]],
+                [[128, 3], [128, 3], [128, 2]],
+                [[128, 3], [128, 3], [128, 3]],
+                [[128, 3], [128, 3], [128, 3]],
+            ],
         }
     },
 }

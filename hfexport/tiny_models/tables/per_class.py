@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+# ── Per-class configs ──
+# Model class -> constructor arguments of its tiny config, where its model type's other classes need others.
+CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
+    # The LM head runs the model as a decoder only (the masked LM head refuses one).
+    "ReformerModelWithLMHead": {"is_decoder": True},
+    # Their image preprocessors append 258 Fourier features to the pixels (3 + 258, or a conv's 64 + 258 channels),
+    # which the cross-attention reads as its query/key width: one head divides any width.
+    "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
+    "PerceiverForImageClassificationConvProcessing": {"num_cross_attention_heads": 1},
+}
+
 # ── Classes no tiny model stands in for ──
 # Model class -> why no small config runs it eagerly here (a package the project cannot install, an input only a
 # runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
@@ -18,12 +29,17 @@ UNRUNNABLE: dict[str, str] = {
     "Gemma4UnifiedAssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer"
     " reusing them fails Gemma4UnifiedTextConfig.kv_sharing_modes (no producing layer)",
     "DinatForImageClassification": "its neighborhood attention needs natten, which this project does not install",
+    "DinatModel": "its neighborhood attention needs natten, which this project does not install",
     "LayoutLMv2Model": "its visual backbone is a detectron2 model, which this project does not install",
     "EdgeTamModel": "its vision backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
     "EdgeTamVisionModel": "its backbone is a timm_wrapper (RepViT) whose feature list only timm produces",
     "Gemma3nForConditionalGeneration": "its vision tower is a timm_wrapper (MobileNetV5) called with timm-only"
     " arguments (do_pooling); timm needs torchvision, which breaks beside this torch",
+    "Gemma3nModel": "its vision tower is a timm_wrapper (MobileNetV5) called with timm-only arguments (do_pooling);"
+    " timm needs torchvision, which breaks beside this torch",
     "FastVlmModel": "its vision tower is a timm_wrapper (FastViT), whose hybrid feature map only timm produces",
+    "FastVlmForConditionalGeneration": "its vision tower is a timm_wrapper (FastViT), whose hybrid feature map only"
+    " timm produces",
     # No forward of their own: they only generate (Bark chains three sub-models) or encode/decode (a VQ-VAE).
     "BarkModel": "no forward: generation chains its semantic, coarse and fine sub-models (generate only)",
     "GlmImageVQVAE": "no forward: a VQ-VAE used through encode and decode only",
