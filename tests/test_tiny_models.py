@@ -173,6 +173,71 @@ def test_modalities() -> None:
         ("LightGlueForKeypointMatching", {"pixel_values": (2, 2, 3, 32, 32)}),
         # A wrapper whose main input is "inputs" takes its encoder's (wav2vec2's) waveforms.
         ("SpeechEncoderDecoderModel", {"input_values": (2, 1600), "decoder_input_ids": (2, 7)}),
+        # Video clips of 4 frames from a tower nested two configs down, beside the main text or audio input.
+        ("PeVideoModel", {"input_ids": (2, 7), "pixel_values_videos": (2, 4, 3, 32, 32), "attention_mask": (2, 7)}),
+        ("PeVideoEncoder", {"pixel_values_videos": (2, 4, 3, 32, 32)}),
+        # Waveforms a whole number of DAC frames long (hop 1920), as (batch, channels, samples).
+        ("PeAudioEncoder", {"input_values": (2, 1, 1920)}),
+        ("PeAudioVideoEncoder", {"input_values": (2, 1, 1920), "pixel_values_videos": (2, 4, 3, 32, 32)}),
+        # Open-vocabulary detection: two class prompts per sample, flattened, and one task prompt per sample.
+        (
+            "OmDetTurboForObjectDetection",
+            {
+                "pixel_values": (2, 3, 32, 32),
+                "classes_input_ids": (4, 7),
+                "classes_attention_mask": (4, 7),
+                "classes_structure": (2,),
+                "tasks_input_ids": (2, 7),
+                "tasks_attention_mask": (2, 7),
+            },
+        ),
+        # OneFormer's task as task_seq_len token ids.
+        ("OneFormerModel", {"pixel_values": (2, 3, 32, 32), "task_inputs": (2, 77)}),
+        # A robot policy: its prompt (with a placeholder per image patch), camera images, state, noise and time.
+        (
+            "PI0ForConditionalGeneration",
+            {
+                "input_ids": (2, 23),
+                "pixel_values": (2, 1, 3, 32, 32),
+                "pixel_attention_mask": (2, 1),
+                "state": (2, 32),
+                "noise": (2, 32, 32),
+                "timestep": (2,),
+                "attention_mask": (2, 23),
+            },
+        ),
+        # Images per sample, and which of them each text token sees.
+        (
+            "IdeficsModel",
+            {
+                "input_ids": (2, 7),
+                "pixel_values": (2, 1, 3, 32, 32),
+                "image_attention_mask": (2, 7, 1),
+                "attention_mask": (2, 7),
+            },
+        ),
+        # A text stream beside 32 audio codebook streams; the mask covers the sequence.
+        ("KyutaiSpeechToTextModel", {"input_ids": (2, 7, 33), "attention_mask": (2, 7)}),
+        # Decoder ids with a codebook dimension (9 channels).
+        ("DiaModel", {"input_ids": (2, 7), "attention_mask": (2, 7), "decoder_input_ids": (2, 7, 9)}),
+        # Models without pre-nets read embedded states.
+        ("SpeechT5Model", {"input_values": (2, 7, 32), "decoder_input_values": (2, 7, 32)}),
+        ("PerceiverModel", {"inputs": (2, 7, 32)}),
+        # Flat patches as per-patch images; flat patches two frames deep (patch_temporal).
+        ("Kimi_K25VisionModel", {"pixel_values": (8, 3, 8, 8), "grid_thw": (2, 3)}),
+        ("MuseSparkVisionModel", {"pixel_values": (8, 384), "grid_thw": (2, 3)}),
+        # Mel bins first for conv front ends with rotary positions; four frames stacked per projected frame; features
+        # read from the speech recognizer's sub-config.
+        ("GlmAsrEncoder", {"input_features": (2, 16, 56)}),
+        ("GraniteSpeech5Encoder", {"input_features": (2, 56, 64)}),
+        ("Nemotron3_5TranscribeAudioModel", {"input_features": (2, 56, 16)}),
+        # A text line recognizer's image, large enough to pool its last feature map.
+        ("PPOCRV5MobileRecModel", {"pixel_values": (2, 3, 96, 64)}),
+        # Hiera's mask noise: one value per mask unit.
+        ("HieraModel", {"pixel_values": (2, 3, 32, 32), "noise": (2, 1)}),
+        # The two images a matcher pairs; Perceiver's image classifier takes single images as pixel_values.
+        ("EfficientLoFTRModel", {"pixel_values": (2, 2, 3, 32, 32)}),
+        ("PerceiverForImageClassificationFourier", {"pixel_values": (2, 3, 32, 32)}),
     ],
 )
 def test_structured_inputs_run_forward(name: str, shapes: dict[str, tuple[int, ...]]) -> None:
@@ -212,6 +277,16 @@ def test_structured_inputs_run_forward(name: str, shapes: dict[str, tuple[int, .
         "EfficientNetForImageClassification",
         "InklingModel",
         "HunYuanMoEV1ForCausalLM",
+        # Settings left to checkpoints or inconsistent defaults: the OCR detectors' backbones, necks and blocks,
+        # UVDoc's bridge, adapters' widths, image-token maps, a vocoder's mel bins, rotary widths, per-class switches.
+        "PPOCRV6MediumDetModel",
+        "PPOCRV6SmallDetModel",
+        "UVDocModel",
+        "Dots3NoteModel",
+        "Emu3Model",
+        "FastSpeech2ConformerWithHifiGan",
+        "ReformerModelWithLMHead",
+        "PerceiverForImageClassificationConvProcessing",
     ],
 )
 def test_constrained_configs_build_and_run(name: str) -> None:
@@ -468,3 +543,30 @@ def test_spliced_image_features_get_one_placeholder_each() -> None:
 def test_session_driven_video_trackers_are_unrunnable() -> None:
     with pytest.raises(tiny_models.UnrunnableModelError, match="inference_session"):
         tiny_model("Sam2VideoModel")
+
+
+def test_blip2_gets_one_image_placeholder_per_query() -> None:
+    model = tiny_model("Blip2Model")
+    inputs = sample_inputs(model)
+    placeholders = (inputs["input_ids"] == model.config.image_token_index).sum(-1)
+    assert placeholders.tolist() == [model.config.num_query_tokens] * 2
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_wrapped_text_models_draw_ids_from_their_vocabulary() -> None:
+    # The wrapper's config has no vocabulary: the acoustic model's sub-config says how large it is.
+    model = tiny_model("FastSpeech2ConformerWithHifiGan")
+    inputs = sample_inputs(model)
+    assert inputs["input_ids"].max() < model.config.model_config.vocab_size
+
+
+def test_class_overrides_apply_to_one_class_of_a_type() -> None:
+    assert tiny_config("ReformerModelWithLMHead").is_decoder
+    assert not tiny_config("ReformerForMaskedLM").is_decoder
+
+
+@pytest.mark.parametrize("name", ["DinatModel", "FastVlmForConditionalGeneration", "Gemma3nModel"])
+def test_siblings_of_unrunnable_classes_are_unrunnable(name: str) -> None:
+    with pytest.raises(tiny_models.UnrunnableModelError):
+        tiny_model(name)

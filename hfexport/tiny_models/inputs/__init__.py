@@ -67,9 +67,12 @@ def _main_input(model: PreTrainedModel, parameters: set[str]) -> str:
     if name != "inputs":
         return name
     # "inputs" stands for whatever the encoder reads: encoder-decoder wrappers (SpeechEncoderDecoder) also take it
-    # under their encoder's own name, Perceiver's masked LM as input_ids.
+    # under their encoder's own name, Perceiver's masked LM as input_ids, its image classifiers as pixel_values.
     encoder = model.get_encoder() if hasattr(model, "get_encoder") else model
     encoder_input = getattr(encoder, "main_input_name", None)
     if encoder is not model and encoder_input in parameters:
         return encoder_input
-    return "input_ids" if "input_ids" in parameters else name
+    if "input_ids" in parameters:
+        return "input_ids"
+    # Perceiver's image classifiers also take their images as pixel_values.
+    return "pixel_values" if "pixel_values" in parameters else name

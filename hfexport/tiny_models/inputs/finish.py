@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..classes import class_names
-from .draw import sequence_ids
+from ..tables import DECODER_CODEBOOKS
+from .draw import sequence_ids, token_ids
 from .registry import Request, Stage, builds
 
 # ── Auxiliary inputs ──
@@ -27,7 +30,13 @@ def _detector_regions(r: Request) -> dict[str, torch.Tensor]:
 )
 def _patch_mask_noise(r: Request) -> dict[str, torch.Tensor]:
     # Masked autoencoders draw their patch mask from torch.rand: pass the noise, or no two runs agree.
-    patches = (r.inputs["pixel_values"].shape[-1] // r.config.patch_size) ** 2
+    side = r.inputs["pixel_values"].shape[-1]
+    if hasattr(r.config, "masked_unit_size"):
+        # Hiera masks units of masked_unit_size tokens, each token patch_stride pixels.
+        strides = zip(r.config.patch_stride, r.config.masked_unit_size, strict=True)
+        units = [side // stride // unit for stride, unit in strides]
+        return {"noise": torch.rand(r.batch_size, math.prod(units), generator=r.generator)}
+    patches = (side // r.config.patch_size) ** 2
     return {"noise": torch.rand(r.batch_size, patches, generator=r.generator)}
 
 
@@ -62,12 +71,19 @@ def _eos_ended_rows(r: Request) -> dict[str, torch.Tensor]:
 
 @builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and "attention_mask" in r.parameters)
 def _attention_mask(r: Request) -> dict[str, torch.Tensor]:
-    # As long as the rows, which image placeholders lengthen.
-    return {"attention_mask": torch.ones(r.batch_size, r.inputs["input_ids"].shape[-1], dtype=torch.long)}
+    # As long as the rows, which image placeholders lengthen (ids may have a stream dimension after the sequence).
+    return {"attention_mask": torch.ones(r.batch_size, r.inputs["input_ids"].shape[1], dtype=torch.long)}
 
 
 @builds(
     Stage.FINISH, when=lambda r: getattr(r.config, "is_encoder_decoder", False) and "decoder_input_ids" in r.parameters
 )
 def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
-    return {"decoder_input_ids": sequence_ids(r)}
+    codebooks = DECODER_CODEBOOKS.get(r.config.model_type)
+    if codebooks is None:
+        return {"decoder_input_ids": sequence_ids(r)}
+    # (batch, sequence, codebooks) ids of the decoder's vocabulary: Dia's flat (batch * codebooks, sequence) form
+    # transposes into a view its embedding cannot read.
+    decoder = r.config.get_text_config(decoder=True)
+    shape = (r.batch_size, r.seq_length, getattr(decoder, codebooks))
+    return {"decoder_input_ids": token_ids(decoder, shape, r.generator)}

@@ -7,8 +7,17 @@ import math
 
 import torch
 
-from ..tables import CODEBOOK_STACKED_TYPES, WAVEFORM_INPUTS
-from .draw import audio_config, feature_frames, image_config, pixel_values, sequence_ids, token_ids, waveform_length
+from ..tables import CODEBOOK_STACKED_TYPES, EMBEDDED_INPUTS, PATCH_IMAGE_TYPES, WAVEFORM_INPUTS
+from .draw import (
+    audio_config,
+    codec_hop,
+    feature_frames,
+    image_config,
+    pixel_values,
+    sequence_ids,
+    token_ids,
+    waveform_length,
+)
 from .registry import Request, Stage, builds
 
 # ── Token ids ──
@@ -25,6 +34,15 @@ def _text_ids(r: Request) -> dict[str, torch.Tensor]:
     return {"input_ids": token_ids(r.config, (rows, r.seq_length), r.generator)}
 
 
+@builds(Stage.TEXT, when=lambda r: "input_ids" in r.inputs and hasattr(r.config, "codebook_vocab_size"))
+def _text_and_codebook_ids(r: Request) -> dict[str, torch.Tensor]:
+    """Speech LMs reading a text stream beside num_codebooks audio code streams (Kyutai STT): (batch, sequence,
+    1 + num_codebooks) ids, the text ids first, then each codebook's codes (offset by the model itself)."""
+    shape = (r.batch_size, r.seq_length, r.config.num_codebooks)
+    codes = torch.randint(r.config.codebook_vocab_size, shape, generator=r.generator)
+    return {"input_ids": torch.cat([r.inputs["input_ids"].unsqueeze(-1), codes], dim=-1)}
+
+
 # ── The main input: the first builder that applies ──
 
 
@@ -35,10 +53,14 @@ def _flat_patches(r: Request) -> dict[str, torch.Tensor]:
     vision = image_config(r.config)
     side = 2 * getattr(vision, "spatial_merge_size", 1)
     channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
-    width = channels * getattr(vision, "temporal_patch_size", 1) * vision.patch_size**2
+    # Muse Spark's towers name the temporal patch size patch_temporal.
+    temporal = getattr(vision, "temporal_patch_size", None) or getattr(vision, "patch_temporal", 1)
+    patch = (channels * temporal * vision.patch_size**2,)
+    if vision.model_type in PATCH_IMAGE_TYPES:
+        patch = (channels, vision.patch_size, vision.patch_size)
     patches_name = "pixel_values" if "pixel_values" in r.parameters else "hidden_states"
     inputs = {
-        patches_name: torch.randn(r.batch_size * side * side, width, generator=r.generator),
+        patches_name: torch.randn(r.batch_size * side * side, *patch, generator=r.generator),
         "grid_thw": torch.tensor([[1, side, side]] * r.batch_size),
     }
     if "merge_sizes" in r.required:
@@ -111,8 +133,17 @@ def _packed_patch_rows(r: Request) -> dict[str, torch.Tensor]:
 
 @builds(Stage.MAIN, when=lambda r: r.main_input in ("pixel_values", "pixel_values_videos"))
 def _images_or_clips(r: Request) -> dict[str, torch.Tensor]:
-    pixels_name = "pixel_values_videos" if r.main_input == "pixel_values_videos" else "pixel_values"
-    return {pixels_name: pixel_values(r)}
+    video = r.main_input == "pixel_values_videos"
+    return {"pixel_values_videos" if video else "pixel_values": pixel_values(r, video=video)}
+
+
+@builds(Stage.MAIN, when=lambda r: type(r.model).__name__ in EMBEDDED_INPUTS)
+def _prenet_free_states(r: Request) -> dict[str, torch.Tensor]:
+    # A bare model without its pre-nets (SpeechT5Model, PerceiverModel) reads what they would make: (batch, sequence,
+    # width) states, for its encoder (and its decoder).
+    width = getattr(r.config, "d_model", None) or r.config.hidden_size
+    shape = (r.batch_size, r.seq_length, width)
+    return {name: torch.randn(shape, generator=r.generator) for name in EMBEDDED_INPUTS[type(r.model).__name__]}
 
 
 @builds(
@@ -138,6 +169,11 @@ def _waveforms(r: Request) -> dict[str, torch.Tensor]:
     # Neural audio codecs (encodec, dac, mimi, xcodec, pocket_tts) take (batch, channels, time); speech encoders
     # (batch, time).
     is_codec = hasattr(r.config, "codebook_size") or hasattr(r.config, "audio_channels")
+    hop = codec_hop(r.config)
+    if hop > 1:
+        # So do encoders that embed the waveform with a DAC codec (PE Audio): a whole number of its frames.
+        is_codec = True
+        length = -(-length // hop) * hop
     if not is_codec and hasattr(r.config, "downsampling_ratios") and name in r.parameters:
         # So do codecs that only say how they downsample (X-Codec2, VibeVoice's tokenizer), which do not pad: a
         # whole seq_length codec frames. (VibeVoice's decoder, whose forward never reads the waveform, keeps the

@@ -8,6 +8,7 @@ from transformers import PretrainedConfig
 from ..tables import FEATURE_SIZE_KEYS, SPLICED_IMAGE_TYPES
 from .draw import (
     audio_config,
+    codec_hop,
     feature_frames,
     image_config,
     mel_bins_first,
@@ -31,6 +32,12 @@ def _required_token_ids(r: Request) -> dict[str, torch.Tensor]:
 def _required_pixel_values(r: Request) -> dict[str, torch.Tensor]:
     # VLM vision towers built on their own keep the VLM's main input name (Idefics3, SmolVLM).
     return {"pixel_values": pixel_values(r)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "pixel_values_videos" in r.missing)
+def _required_video_clips(r: Request) -> dict[str, torch.Tensor]:
+    # Video-text and audio-video models (PE Video, PE Audio-Video) whose main input is another modality's.
+    return {"pixel_values_videos": pixel_values(r, video=True)}
 
 
 @builds(Stage.REQUIRED, when=lambda r: "input_features_mask" in r.missing)
@@ -96,13 +103,19 @@ def _camera_mask(r: Request) -> dict[str, torch.Tensor]:
     return {"pixel_attention_mask": torch.ones(r.inputs["pixel_values"].shape[:2], dtype=torch.bool)}
 
 
+@builds(Stage.REQUIRED, when=lambda r: "image_attention_mask" in r.missing and _stacks_images(r))
+def _image_attention_mask(r: Request) -> dict[str, torch.Tensor]:
+    # Idefics' text tokens attend to the images of their sample through a (batch, text, images) mask: all to all.
+    images = r.inputs["pixel_values"].shape[1]
+    return {"image_attention_mask": torch.ones(r.batch_size, r.inputs["input_ids"].shape[1], images, dtype=torch.long)}
+
+
 @builds(Stage.REQUIRED, when=lambda r: "input_values" in r.missing)
 def _required_waveforms(r: Request) -> dict[str, torch.Tensor]:
     # Waveforms beside another main input (PE Audio's text) feed codec-style encoders: (batch, channels, time), a
     # whole number of codec frames (PE Audio's DAC: hop_length samples each).
-    audio = audio_config(r.config)
-    hop = getattr(getattr(audio, "dac_config", None), "hop_length", 1)
-    length = -(-waveform_length(audio, r.seq_length) // hop) * hop
+    hop = codec_hop(r.config)
+    length = -(-waveform_length(audio_config(r.config), r.seq_length) // hop) * hop
     return {"input_values": torch.randn(r.batch_size, 1, length, generator=r.generator)}
 
 
@@ -189,3 +202,41 @@ def _prompt_image_and_mask(r: Request) -> dict[str, torch.Tensor]:
     shape = (r.batch_size, r.config.num_channels, height // 2, width)
     names = ("pixel_values", "prompt_pixel_values", "prompt_masks")
     return {name: torch.randn(shape, generator=r.generator) for name in names}
+
+
+# Class prompts per sample of open-vocabulary detectors (OmDet-Turbo): this many, flattened into one batch of prompts.
+_CLASSES_PER_SAMPLE = 2
+
+
+@builds(Stage.REQUIRED, when=lambda r: {"classes_input_ids", "classes_structure"} <= r.missing)
+def _class_prompts(r: Request) -> dict[str, torch.Tensor]:
+    """Open-vocabulary detectors: every sample's class names as (batch * classes, sequence) prompts, how many classes
+    each sample has, and one task prompt per sample."""
+    classes = r.batch_size * _CLASSES_PER_SAMPLE
+    return {
+        "classes_input_ids": token_ids(r.config, (classes, r.seq_length), r.generator),
+        "classes_attention_mask": torch.ones(classes, r.seq_length, dtype=torch.long),
+        "classes_structure": torch.full((r.batch_size,), _CLASSES_PER_SAMPLE),
+        "tasks_input_ids": sequence_ids(r),
+        "tasks_attention_mask": torch.ones(r.batch_size, r.seq_length, dtype=torch.long),
+    }
+
+
+@builds(Stage.REQUIRED, when=lambda r: "task_inputs" in r.missing and hasattr(r.config, "task_seq_len"))
+def _task_token_ids(r: Request) -> dict[str, torch.Tensor]:
+    # OneFormer conditions on its task ("the task is semantic") as task_seq_len token ids of its text encoder.
+    shape = (r.batch_size, r.config.task_seq_len)
+    vocab = r.config.text_encoder_vocab_size
+    return {"task_inputs": torch.randint(vocab, shape, generator=r.generator)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "state" in r.missing and hasattr(r.config, "max_state_dim"))
+def _robot_state(r: Request) -> dict[str, torch.Tensor]:
+    """Vision-language-action policies (PI0): the robot's state, and the noisy action chunk and flow-matching time
+    it would otherwise draw at random."""
+    chunk = (r.batch_size, r.config.chunk_size, r.config.max_action_dim)
+    return {
+        "state": torch.randn(r.batch_size, r.config.max_state_dim, generator=r.generator),
+        "noise": torch.randn(chunk, generator=r.generator),
+        "timestep": torch.rand(r.batch_size, generator=r.generator),
+    }

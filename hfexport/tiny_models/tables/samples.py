@@ -7,6 +7,9 @@ from .sizes import FRAMES
 # ── Sample inputs ──
 # Audio LMs that stack their codebooks into the batch: (batch * num_codebooks, sequence) ids.
 CODEBOOK_STACKED_TYPES = ("musicgen_decoder", "musicgen_melody_decoder")
+# Encoder-decoder audio LMs whose decoder ids have a codebook dimension: model type -> the decoder config's codebook
+# count.
+DECODER_CODEBOOKS = {"dia": "num_channels"}
 # Where audio encoders keep their feature width per frame: the first one set wins.
 FEATURE_SIZE_KEYS = (
     "feature_projection_input_dim",
@@ -15,6 +18,13 @@ FEATURE_SIZE_KEYS = (
     "feature_size",
     "input_feat_size",
 )
+# Audio encoders whose conv front end reads (batch, mel bins, frames) though no Whisper-like key says so.
+MEL_BINS_FIRST_TYPES = ("glmasr_encoder", "voxtral_realtime_encoder")
+# Audio encoder type -> consecutive feature frames its input projection reads stacked into one, where no config key
+# says how many (Granite Speech 5's projection reads 4 * num_mel_bins).
+STACKED_FRAMES = {"granite_speech5_encoder": 4}
+# Qwen-VL-style towers whose flat patches are (patches, channels, patch, patch) images their patch conv embeds.
+PATCH_IMAGE_TYPES = ("kimi_k25_vision",)
 # Model type -> forward arguments its signature leaves optional but its forward cannot run without.
 NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     "bros": ("bbox",),
@@ -23,15 +33,43 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     "blip_2_qformer": ("encoder_hidden_states",),
     "instructblip": ("input_ids",),
     "instructblipvideo": ("input_ids",),
-    "pi0": ("pixel_values", "pixel_attention_mask"),
+    # The policy's main input is the robot state; its prefix still embeds the prompt.
+    "pi0": ("pixel_values", "pixel_attention_mask", "input_ids"),
     "clap": ("input_features",),
     "clvp": ("input_features",),
     "voxtral_realtime": ("input_features",),
+    # Any two of text, video and audio: all three, which take the path through the audio-video encoder.
+    "pe_audio_video": ("pixel_values_videos", "input_values"),
+    # Which images each text token attends to: without it the cross-attention has no mask to expand.
+    "idefics": ("image_attention_mask",),
+    # Either waveforms or clips may be left out, but the encoder cannot run without its video.
+    "pe_audio_video_encoder": ("pixel_values_videos",),
 }
+# Model class -> inputs it reads as (batch, sequence, width) states, having no pre-net to embed them.
+EMBEDDED_INPUTS = {"SpeechT5Model": ("input_values", "decoder_input_values"), "PerceiverModel": ("inputs",)}
 # Model class -> the forward parameter its main waveform goes to, where that is not input_values.
 WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
 # VLMs whose ids must hold a placeholder per image feature, where the features are spliced in.
-SPLICED_IMAGE_TYPES = ("instructblip", "instructblipvideo", "kosmos-2", "lfm2_vl", "pi0")
+SPLICED_IMAGE_TYPES = ("blip-2", "instructblip", "instructblipvideo", "kosmos-2", "lfm2_vl", "pi0")
 # Model type -> images per sample of models whose pixel_values stack several (video frames, robot cameras, the two
 # images a keypoint matcher pairs) though no config key says how many.
-CLIP_TYPES = {"instructblipvideo": FRAMES, "pi0": 1, "lightglue": 2}
+# None: single images, where the config's frame count is for another class (Perceiver's multimodal autoencoder).
+CLIP_TYPES = {
+    "instructblipvideo": FRAMES,
+    "pi0": 1,
+    "lightglue": 2,
+    "efficientloftr": 2,
+    "idefics": 1,
+    "perceiver": None,
+}
+# Model type -> (height, width) of sample images, where a tiny image is too small for the model's downsampling: text
+# line recognizers pool the last feature map over 3 x 2 cells (the mobile one at stride 32, the others at a height
+# stride of 16).
+IMAGE_SIZES = {
+    "pp_ocrv5_mobile_rec": (96, 64),
+    "pp_ocrv5_server_rec": (48, 64),
+    "pp_ocrv6_small_rec": (48, 64),
+    "pp_ocrv6_tiny_rec": (48, 64),
+    # UVDoc's dilated bridge (see its OVERRIDES entry).
+    "uvdoc": (64, 64),
+}
