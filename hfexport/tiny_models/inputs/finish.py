@@ -52,6 +52,19 @@ def _vocoder_noise(r: Request) -> dict[str, torch.Tensor]:
     return {"noise_sequence": torch.randn(r.batch_size, frames, r.config.model_in_channels, generator=r.generator)}
 
 
+@builds(
+    Stage.AUXILIARY,
+    when=lambda r: "state" in r.inputs and {"noise", "timestep"} <= r.parameters and hasattr(r.config, "chunk_size"),
+)
+def _flow_matching_noise(r: Request) -> dict[str, torch.Tensor]:
+    # Flow-matching action experts (PI0) draw the noisy action chunk and its time at random when none is given.
+    chunk = (r.batch_size, r.config.chunk_size, r.config.max_action_dim)
+    return {
+        "noise": torch.randn(chunk, generator=r.generator),
+        "timestep": torch.rand(r.batch_size, generator=r.generator),
+    }
+
+
 # ── Finishing: what reads the final token ids, then decoder ids ──
 
 

@@ -232,11 +232,5 @@ def _task_token_ids(r: Request) -> dict[str, torch.Tensor]:
 
 @builds(Stage.REQUIRED, when=lambda r: "state" in r.missing and hasattr(r.config, "max_state_dim"))
 def _robot_state(r: Request) -> dict[str, torch.Tensor]:
-    """Vision-language-action policies (PI0): the robot's state, and the noisy action chunk and flow-matching time
-    it would otherwise draw at random."""
-    chunk = (r.batch_size, r.config.chunk_size, r.config.max_action_dim)
-    return {
-        "state": torch.randn(r.batch_size, r.config.max_state_dim, generator=r.generator),
-        "noise": torch.randn(chunk, generator=r.generator),
-        "timestep": torch.rand(r.batch_size, generator=r.generator),
-    }
+    # Vision-language-action policies (PI0) act from the robot's state, beside the prompt and camera images.
+    return {"state": torch.randn(r.batch_size, r.config.max_state_dim, generator=r.generator)}
