@@ -32,6 +32,10 @@ INTERNALS: dict[str, Internal] = {
         ),
         Internal("transformers.cache_utils.DummyLayer", "placeholder cache layers (gemma3n, ...) as export outputs"),
         Internal(
+            "transformers.models.reformer.modeling_reformer.ReformerDynamicCache",
+            "reformer's bucket cache (not a Cache) as an export output",
+        ),
+        Internal(
             "transformers.modeling_rope_utils.dynamic_rope_update",
             "_patch_rotary_frequencies_as_cos_sin (deepseek_v2, llama4 rotary embeddings)",
         ),

@@ -73,6 +73,21 @@ def test_cache_outputs_are_rebuilt_with_readable_names(tmp_path):
     assert outputs.past_key_values.get_seq_length() == inputs["input_ids"].shape[1]
 
 
+def test_cache_outside_cache_class_is_rebuilt(tmp_path):
+    # ReformerDynamicCache does not derive from Cache: stage 3 registers it from _OTHER_CACHE_TYPES.
+    model = tiny_model("ReformerModelWithLMHead")
+    inputs = sample_inputs(model)
+    exported = DynamoExporter().export(model, inputs, DynamoConfig())
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "reformer"))
+    outputs = loaded(**inputs)
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert type(outputs.past_buckets_states).__name__ == "ReformerDynamicCache"
+    assert max_abs_diff(outputs.logits, expected.logits) <= TOLERANCE
+    states = outputs.past_buckets_states.states_cache, expected.past_buckets_states.states_cache
+    assert max_abs_diff(*states) <= TOLERANCE
+
+
 def test_manifest_records_patches_and_schema_1_exports_still_load(tmp_path):
     from hfexport.gate.checks import workarounds_used
 

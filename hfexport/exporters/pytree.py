@@ -43,6 +43,9 @@ _CACHE_LAYER_TYPES = (
     "transformers.cache_utils.DummyLayer",
 )
 
+# Caches that models return without deriving from Cache: registered and walked the same way.
+_OTHER_CACHE_TYPES = ("transformers.models.reformer.modeling_reformer.ReformerDynamicCache",)
+
 
 def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
     """Append the tensors of ``value`` to ``leaves``; return a JSON-able context that rebuilds everything else."""
@@ -162,10 +165,11 @@ def _subclasses(cls: type) -> Iterator[type]:
 
 
 def register_cache_types() -> list[str]:
-    """Register every ``Cache`` subclass loaded so far (model-specific ones too, once their module is imported)."""
+    """Register every ``Cache`` subclass loaded so far (model-specific ones too, once their module is imported), and
+    the caches outside ``Cache`` of ``_OTHER_CACHE_TYPES``."""
     from transformers import Cache
 
-    classes = [Cache, *_subclasses(Cache)]
+    classes = [Cache, *_subclasses(Cache), *compat.internal_types(*_OTHER_CACHE_TYPES)]
     for cls in classes:
         register_pytree_type(cls)
     return [_class_path(cls) for cls in classes]
@@ -179,7 +183,7 @@ def ensure_pytree_types(type_paths: list[str]) -> None:
         # ModelOutput subclasses register themselves with pytree when their class is created: importing is enough
         # (instantiating one would fail on outputs with required fields, DPRQuestionEncoderOutput).
         cls = _class_from_path(path)
-        if issubclass(cls, Cache):
+        if issubclass(cls, (Cache, *compat.internal_types(*_OTHER_CACHE_TYPES))):
             register_pytree_type(cls)
 
 
