@@ -304,6 +304,28 @@ def test_conv3d_patch_runs_a_tubelet_embedding(monkeypatch):
         execute(program, traced)
 
 
+class FourierMixing(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from transformers import FNetConfig
+        from transformers.models.fnet.modeling_fnet import FNetBasicFourierTransform
+
+        self.fourier = FNetBasicFourierTransform(FNetConfig(hidden_size=8))
+
+    def forward(self, x):
+        return self.fourier(x)[0] * 2
+
+
+def test_fnet_fourier_patch_runs_without_an_fft_kernel(monkeypatch):
+    # fnet's token mixing, fftn(x, dim=(1, 2)).real: the runtime has no FFT kernel.
+    module, traced, fed = FourierMixing(), torch.randn(2, 5, 8), torch.randn(3, 7, 8)
+    output, _ = run_module(module, traced, fed)
+    torch.testing.assert_close(output, module(fed), atol=1e-5, rtol=1e-5)
+    without_workaround(monkeypatch, "_patch_fnet_fourier_as_real_dft")
+    with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:14"):
+        run_module(module, traced, fed)
+
+
 class MaxNormalized(torch.nn.Module):
     def forward(self, x):
         return x - x.max(dim=-1, keepdim=True).values
@@ -452,6 +474,37 @@ def test_fast_lowering_runs_a_declined_linear_on_its_portable_kernel(monkeypatch
     without_workaround(monkeypatch, "_patch_undelegated_kept_op_warns")
     with pytest.raises(ExportStageError, match="was not decomposed or delegated"):
         run_module(module, traced, fed)
+
+
+class OperatorPassesAtWork(torch.nn.Module):
+    def forward(self, x):
+        half = x.shape[0] * 0.5  # a SymFloat operand: SymToTensorPass
+        moved = x.t() * 2  # aten.t: NormalizeTransposePass; a Python scalar operand: ScalarToTensorPass
+        return (moved + half) * torch.arange(moved.shape[1])  # float times int64: RemoveMixedTypeOperators
+
+
+def test_operator_passes_run_in_one_retrace_and_give_the_same_program(monkeypatch):
+    from executorch.exir.pass_base import ExportPass
+
+    retraces = []
+    retrace = ExportPass.call
+
+    def counted(self, graph_module):
+        retraces.append(type(self))
+        return retrace(self, graph_module)
+
+    monkeypatch.setattr(ExportPass, "call", counted)
+    module, traced, fed = OperatorPassesAtWork(), torch.randn(4, 3), torch.randn(6, 5)
+    config = ExecutorchConfig(dynamic=True)
+    fused, metadata = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    assert "_patch_operator_passes_in_one_retrace" in patch_names(metadata)
+    torch.testing.assert_close(execute(fused, fed)[0], module(fed))
+    with_swap = len(retraces)
+    retraces.clear()
+    without_workaround(monkeypatch, "_patch_operator_passes_in_one_retrace")
+    separate, _ = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    assert len(retraces) == with_swap + 4  # five re-traces become one
+    assert program_bytes(separate) == program_bytes(fused)
 
 
 class NormalizedPatches(torch.nn.Module):
