@@ -68,7 +68,7 @@ def main() -> None:
         f"{'model':<10} {'hfexport wall/cpu':>18} {'transformers wall/cpu':>22} {'ratio wall':>10} {'ratio cpu':>10}"
     )
     print(header, flush=True)
-    wall_ratios, cpu_ratios = [], []
+    wall_ratios, cpu_ratios, totals = [], [], {"hfexport": [0.0, 0.0], "transformers": [0.0, 0.0]}
     for index, name in enumerate(args.models):
         order = list(exporters) if index % 2 == 0 else list(reversed(exporters))
         results = {label: timed(exporters[label], name) for label in order}
@@ -76,6 +76,9 @@ def main() -> None:
         if isinstance(ours_result, str) or isinstance(theirs_result, str):
             print(f"{name:<10} hfexport: {ours_result}  transformers: {theirs_result}", flush=True)
             continue
+        for label, (wall, cpu) in (("hfexport", ours_result), ("transformers", theirs_result)):
+            totals[label][0] += wall
+            totals[label][1] += cpu
         wall_ratios.append(theirs_result[0] / ours_result[0])
         cpu_ratios.append(theirs_result[1] / ours_result[1])
         print(
@@ -87,6 +90,11 @@ def main() -> None:
         print(
             f"median ratio (transformers / hfexport): wall {statistics.median(wall_ratios):.2f}, "
             f"cpu {statistics.median(cpu_ratios):.2f} over {len(cpu_ratios)} models"
+        )
+        mine, theirs = totals["hfexport"], totals["transformers"]
+        print(
+            f"whole set: hfexport {mine[0]:.1f} s wall / {mine[1]:.1f} s cpu, transformers.exporters {theirs[0]:.1f} / "
+            f"{theirs[1]:.1f}: hfexport takes {mine[0] / theirs[0]:.2f}x its wall, {mine[1] / theirs[1]:.2f}x its cpu"
         )
 
 

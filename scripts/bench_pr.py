@@ -36,7 +36,7 @@ import compat_check
 def run_gate(
     checkout: Path, base: str, cache: Path, report_dir: Path, jobs: int, backends: str
 ) -> tuple[float, dict[str, Any]]:
-    command = ["hfexport", "check", "--base", base, "-j", str(jobs), "--backends", backends]
+    command = [sys.executable, "-m", "hfexport.cli", "check", "--base", base, "-j", str(jobs), "--backends", backends]
     command += ["--cache-dir", str(cache), "--report-dir", str(report_dir)]
     started = time.perf_counter()
     result = subprocess.run(command, cwd=checkout, capture_output=True, text=True)
