@@ -326,6 +326,29 @@ def test_fnet_fourier_patch_runs_without_an_fft_kernel(monkeypatch):
         run_module(module, traced, fed)
 
 
+class SegmentReductions(torch.nn.Module):
+    def forward(self, x):
+        flat = x.flatten()
+        segments = (flat * 3).floor().long().clamp(0, 3) * 2  # odd segments stay empty
+        out = torch.full((8,), 0.5)
+        reduced = [
+            out.scatter_reduce(0, segments, (flat * 8).floor() / 8, reduce, include_self=include_self)  # with ties
+            for reduce in ("amin", "amax", "mean", "sum")
+            for include_self in (False, True)
+        ]
+        return torch.stack(reduced)
+
+
+def test_scatter_reduce_patch_reduces_segments_without_a_kernel(monkeypatch):
+    # tapas's segment min/max/mean (reduce_min, ...) over a flattened 1-D cell index.
+    module, traced, fed = SegmentReductions(), torch.rand(2, 5), torch.rand(3, 7)
+    output, _ = run_module(module, traced, fed)
+    torch.testing.assert_close(output, module(fed))
+    without_workaround(monkeypatch, "_patch_scatter_reduce_as_scatter_add")
+    with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:14"):
+        run_module(module, traced, fed)
+
+
 class MaxNormalized(torch.nn.Module):
     def forward(self, x):
         return x - x.max(dim=-1, keepdim=True).values

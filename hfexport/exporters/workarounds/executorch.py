@@ -97,6 +97,40 @@ def _dft_matrices(size: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return angle.cos(), angle.sin()
 
 
+@register_patch("executorch", "torch.Tensor.scatter_reduce", "torch.scatter_reduce")
+def _patch_scatter_reduce_as_scatter_add(original: Callable) -> Callable:
+    # tapas (segment min/mean over its flattened cell index): the runtime has no scatter_reduce kernel ("Missing
+    # operator: aten::scatter_reduce.two_out", 0x14 at load); on 1-D tensors a segment's sum is a scatter_add, and
+    # its min or max the scatter_add of the one element no other of its segment beats.
+    def scatter_reduce(
+        input: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, *, include_self: bool = True
+    ) -> torch.Tensor:
+        decomposed = reduce in ("sum", "mean", "amax", "amin") and input.is_floating_point()
+        if not decomposed or (input.dim(), index.dim(), src.dim()) != (1, 1, 1) or src.dtype != input.dtype:
+            return original(input, dim, index, src, reduce, include_self=include_self)
+        zeros = torch.zeros_like(input)
+        counts = zeros.scatter_add(0, index, torch.ones_like(src))
+        if reduce in ("amax", "amin"):
+            reduced = zeros.scatter_add(0, index, src.where(_segment_winners(index, src, reduce == "amax"), 0))
+            if include_self:
+                reduced = (torch.maximum if reduce == "amax" else torch.minimum)(input, reduced)
+        else:
+            reduced = zeros.scatter_add(0, index, src) + (input if include_self else 0)
+            reduced = reduced / (counts + include_self) if reduce == "mean" else reduced
+        return torch.where(counts > 0, reduced, input)
+
+    return scatter_reduce
+
+
+def _segment_winners(index: torch.Tensor, src: torch.Tensor, largest: bool) -> torch.Tensor:
+    """Per element of ``src``: whether it is its segment's max (or min), the first of equal ones."""
+    same_segment = index[:, None] == index[None, :]
+    beats = src[None, :] > src[:, None] if largest else src[None, :] < src[:, None]  # [i, j]: j beats i
+    position = torch.arange(index.shape[0], device=index.device)
+    ties_before = (src[None, :] == src[:, None]) & (position[None, :] < position[:, None])
+    return ~(same_segment & (beats | ties_before)).any(dim=1)
+
+
 # ── ExecuTorch patches (stage 3) ──
 
 
