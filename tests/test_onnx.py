@@ -167,6 +167,32 @@ def _module(forward) -> torch.nn.Module:
     return module
 
 
+def test_torchlib_registry_is_built_once_and_each_export_gets_its_own_copy(monkeypatch):
+    from torch.onnx._internal.exporter._registration import ONNXRegistry
+
+    from hfexport.exporters.workarounds import onnx as onnx_workarounds
+
+    built = []
+    build = ONNXRegistry.from_torchlib.__func__
+    monkeypatch.setattr(
+        ONNXRegistry, "from_torchlib", classmethod(lambda cls, *a, **k: built.append(1) or build(cls, *a, **k))
+    )
+    monkeypatch.setattr(onnx_workarounds, "_TORCHLIB_REGISTRIES", {})
+    model = _module(lambda self, x: torch.cumsum(x, dim=-1) * 2)
+    inputs = {"x": torch.randn(2, 5)}
+    config = OnnxConfig(dynamic=True)
+    first, _ = OnnxExporter().export_program(model, inputs, config)
+    second, _ = OnnxExporter().export_program(model, inputs, config)
+    assert len(built) == 1  # two exports, one registry built
+    # A custom translation registered by one export stays out of the registry the next one gets.
+    (registry,) = onnx_workarounds._TORCHLIB_REGISTRIES.values()
+    assert not any(meta.is_custom for decompositions in registry.functions.values() for meta in decompositions)
+    with without("_patch_torchlib_registry_built_once"):
+        separate, _ = OnnxExporter().export_program(model, inputs, config)
+    assert len(built) == 2
+    assert [str(graph) for graph in (first.graph, second.graph)] == [str(separate.graph)] * 2
+
+
 def test_fix_view_of_transpose_is_needed_by_t5():
     # T5 reshapes its transposed attention output (jetmoe's case is in test_coverage_workarounds).
     model = tiny_model("t5")

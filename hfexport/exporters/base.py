@@ -80,6 +80,10 @@ class HfExporter:
         """Registry keys this export runs, in order: a backend's own, then one delegate's (``"executorch.xnnpack"``)."""
         return (self.export_format,)
 
+    @classmethod
+    def preload(cls) -> None:
+        """One-time work every export of this backend shares, done ahead (the gate's worker, before it forks jobs)."""
+
     def export_program(
         self, model: PreTrainedModel, sample_inputs: dict[str, Any], config: ExportConfigMixin
     ) -> tuple[Any, dict[str, Any]]:

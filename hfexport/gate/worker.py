@@ -314,7 +314,7 @@ def _preload(backends: list[str], engine: str) -> dict[str, str]:
         return problems
     for backend in backends:
         try:
-            get_exporter_class(backend)
+            get_exporter_class(backend).preload()
             get_runner_class(backend)
         except (ImportError, ValueError) as error:
             problems[backend] = f"{type(error).__name__}: {error}"
