@@ -349,6 +349,32 @@ def test_scatter_reduce_patch_reduces_segments_without_a_kernel(monkeypatch):
         run_module(module, traced, fed)
 
 
+class ResizedGrid(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.grid = torch.nn.Parameter(torch.randn(1, 4, 6, 6))
+
+    def forward(self, x, shape):
+        height, width = shape.tolist()  # siglip2's patch grid of each image
+        torch._check(height > 0)
+        torch._check(width > 0)
+        torch._check(height * width <= x.shape[1])
+        resized = torch.nn.functional.interpolate(self.grid, size=(height, width), mode="bilinear", antialias=True)
+        return x[:, : height * width] + resized.flatten(2).transpose(1, 2)
+
+
+def test_antialiased_resize_patch_runs_a_size_read_from_data(monkeypatch):
+    # siglip2's position embeddings, resized (antialiased) to a grid read from spatial_shapes.
+    module, traced = ResizedGrid().eval(), (torch.randn(2, 16, 4), torch.tensor([3, 5]))
+    program, _ = ExecutorchExporter().export_program(module, {"x": traced[0], "shape": traced[1]}, ExecutorchConfig())
+    for fed in (traced, (torch.randn(2, 16, 4), torch.tensor([8, 2]))):
+        torch.testing.assert_close(execute(program, *fed)[0], module(*fed).detach(), atol=1e-5, rtol=1e-5)
+    without_workaround(monkeypatch, "_patch_antialiased_bilinear_as_matmuls")
+    program, _ = ExecutorchExporter().export_program(module, {"x": traced[0], "shape": traced[1]}, ExecutorchConfig())
+    with pytest.raises(RuntimeError, match="failed with error 0x12"):
+        execute(program, *traced)
+
+
 class MaxNormalized(torch.nn.Module):
     def forward(self, x):
         return x - x.max(dim=-1, keepdim=True).values

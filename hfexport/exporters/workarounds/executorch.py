@@ -131,6 +131,39 @@ def _segment_winners(index: torch.Tensor, src: torch.Tensor, largest: bool) -> t
     return ~(same_segment & (beats | ties_before)).any(dim=1)
 
 
+@register_patch("executorch", "torch.nn.functional.interpolate")
+def _patch_antialiased_bilinear_as_matmuls(original: Callable) -> Callable:
+    # siglip2 (position embeddings resized to each image's patch grid, a size read from data): the runtime's
+    # _upsample_bilinear2d_aa kernel checks its output against that size before resizing it ("Check failed
+    # (out.size(2) == output_size[0])", 0x12); the same resize is two matmuls by the filter's weight matrices.
+    def interpolate(
+        input: torch.Tensor,
+        size: Any = None,
+        scale_factor: Any = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+        recompute_scale_factor: bool | None = None,
+        antialias: bool = False,
+    ) -> torch.Tensor:
+        if not antialias or mode != "bilinear" or align_corners or size is None or input.dim() != 4:
+            return original(input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias)
+        height, width = (size, size) if isinstance(size, int) else size
+        rows = _antialias_weights(input.shape[2], height, input)
+        columns = _antialias_weights(input.shape[3], width, input)
+        return rows @ input @ columns.T
+
+    return interpolate
+
+
+def _antialias_weights(in_size: Any, out_size: Any, like: torch.Tensor) -> torch.Tensor:
+    """(out_size, in_size) weights of torch's antialiased bilinear resize: a triangle filter widened by the scale."""
+    scale = torch.full((), in_size, dtype=like.dtype, device=like.device) / out_size
+    centers = (torch.arange(out_size, device=like.device).to(like.dtype) + 0.5) * scale
+    taps = torch.arange(in_size, device=like.device).to(like.dtype) + 0.5
+    weights = (1 - ((taps[None, :] - centers[:, None]) / scale.clamp(min=1)).abs()).clamp(min=0)
+    return weights / weights.sum(dim=1, keepdim=True)
+
+
 # ── ExecuTorch patches (stage 3) ──
 
 
