@@ -106,6 +106,25 @@ def test_dynamic_bound_is_lowered_until_planned_memory_fits_the_budget():
     assert metadata["planned_memory_bytes"] > 0.01 * 2**30
 
 
+def test_a_bound_the_traced_graph_shows_too_large_is_traced_again_before_any_lowering(monkeypatch):
+    from hfexport.exporters import exporter_executorch
+
+    lowerings = []
+    lower = exporter_executorch.to_edge_transform_and_lower
+    monkeypatch.setattr(
+        exporter_executorch, "to_edge_transform_and_lower", lambda *a, **k: lowerings.append(1) or lower(*a, **k)
+    )
+    module, traced = ScaledSoftmax(), torch.randn(2, 5, 6)
+    config = ExecutorchConfig(dynamic=True, planned_memory_budget_gib=0.01)
+    _, foreseen = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    assert len(lowerings) == 1 and foreseen["dynamic_dims"]["x"]["0"] == [2, 64]
+    # Without foresight the same bound is reached by lowering twice (the planned memory at 256 is over the budget).
+    monkeypatch.setattr(exporter_executorch, "_PLANNER_OVERHEAD", 0)
+    _, planned = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    assert len(lowerings) == 3 and planned["dynamic_dims"] == foreseen["dynamic_dims"]
+    assert planned["planned_memory_bytes"] == foreseen["planned_memory_bytes"]
+
+
 def test_static_export_rejects_other_shapes(tmp_path):
     model, _, _, loaded = export_roundtrip("bert", tmp_path)
     expected = r"'input_ids' dimension 1 has size 9, but the program accepts only size 7 \(exported static"
