@@ -8,7 +8,15 @@ import pytest
 import torch
 from support import max_abs_diff
 
-from hfexport.exporters import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, ExportedModel
+from hfexport.exporters import (
+    AutoExportConfig,
+    AutoHfExporter,
+    DynamoConfig,
+    DynamoExporter,
+    ExportedModel,
+    ExportStageError,
+    registry,
+)
 from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
 
 MODELS = list(CORE_MODEL_TYPES)
@@ -86,6 +94,26 @@ def test_cache_outside_cache_class_is_rebuilt(tmp_path):
     assert max_abs_diff(outputs.logits, expected.logits) <= TOLERANCE
     states = outputs.past_buckets_states.states_cache, expected.past_buckets_states.states_cache
     assert max_abs_diff(*states) <= TOLERANCE
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("AutoformerModel", r"shape '\[s\d+, 2, 4, 4\]' is invalid"),
+        ("InformerModel", "Attention mask should be of size"),
+    ],
+)
+def test_no_padding_mask_patch_keeps_time_series_encoders_traceable(name, error, monkeypatch):
+    # Their encoders' attention takes no materialized mask: eager passes None, exporting always materializes one.
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    exported = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+    with torch.no_grad():
+        assert max_abs_diff(exported(**inputs), model(**inputs)) <= TOLERANCE
+    kept = [w for w in registry._REGISTRY["dynamo"] if w.name != "_patch_no_padding_mask_as_none"]
+    monkeypatch.setitem(registry._REGISTRY, "dynamo", kept)
+    with pytest.raises(ExportStageError, match=error):
+        DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
 
 
 def test_manifest_records_patches_and_schema_1_exports_still_load(tmp_path):

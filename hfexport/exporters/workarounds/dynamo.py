@@ -152,6 +152,21 @@ def _patch_nllb_moe_experts_dense(_original: Callable) -> Callable:
     return forward
 
 
+_AUTOFORMER = "transformers.models.autoformer.modeling_autoformer"
+_INFORMER = "transformers.models.informer.modeling_informer"
+
+
+@register_patch("dynamo", f"{_AUTOFORMER}.create_bidirectional_mask", f"{_INFORMER}.create_bidirectional_mask")
+def _patch_no_padding_mask_as_none(original: Callable) -> Callable:
+    # autoformer, informer (encoder, no padding mask given): eager gets None, but while exporting the mask is always
+    # materialized, and it fits neither the per-channel autocorrelation weights ("shape '[s11, 2, 4, 4]' is invalid")
+    # nor the distilled encoder's halved lengths ("Attention mask should be of size (s11, 1, 2, 2)"): keep None.
+    def create_bidirectional_mask(*args: Any, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> Any:
+        return None if attention_mask is None else original(*args, attention_mask=attention_mask, **kwargs)
+
+    return create_bidirectional_mask
+
+
 _MIMI, _ENCODEC = "transformers.models.mimi.modeling_mimi", "transformers.models.encodec.modeling_encodec"
 _POCKET_TTS = "transformers.models.pocket_tts_audio_tokenizer.modeling_pocket_tts_audio_tokenizer"
 
