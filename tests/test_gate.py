@@ -382,3 +382,16 @@ def test_a_class_no_tiny_model_runs_is_reported_not_checked_with_its_reason(
     (cell,) = json.loads((out / "report.json").read_text())["cells"]
     assert (cell["status"], cell["stage"]) == ("not_checked", "build")
     assert cell["error"] == f"TimmWrapperModel: {UNRUNNABLE['TimmWrapperModel']}"
+
+
+def test_a_class_no_auto_mapping_lists_is_built_from_its_own_config_class():
+    # A release diff selects every class of a touched modeling file: Kosmos2_5TextModel is in no auto mapping and its
+    # model type's directory (kosmos2_5) names no config; T5Gemma2TextEncoder's type config is a composite one.
+    jobs = [
+        ("kosmos2_5", "Kosmos2_5TextModel", "transformers.models.kosmos2_5.modeling_kosmos2_5"),
+        ("t5gemma2", "T5Gemma2TextEncoder", "transformers.models.t5gemma2.modeling_t5gemma2"),
+    ]
+    for model_type, model_class, module in jobs:
+        job = {"model_type": model_type, "model_class": model_class, "module": module, "backend": "dynamo"}
+        cell = checks.run_cell({**job, "generation": False}, None)
+        assert cell["status"] == "pass", (model_class, cell["stage"], cell["error"])

@@ -119,9 +119,8 @@ def step(stage: str, timings: dict[str, float], key: str, building: bool = False
 
 
 def build_model(job: dict[str, Any], checkout: Path | None) -> Any:
-    """The tiny model of ``job["model_class"]``; classes outside the auto mappings are imported from their module."""
-    import torch
-
+    """The tiny model of ``job["model_class"]``; a class outside the auto mappings is imported from its module and
+    built from its own config class (a text tower's, not its model type's composite config)."""
     from hfexport import tiny_models
 
     try:
@@ -130,9 +129,7 @@ def build_model(job: dict[str, Any], checkout: Path | None) -> Any:
         if not job.get("module"):
             raise
     model_class = getattr(importlib.import_module(job["module"]), job["model_class"])
-    config = tiny_models.tiny_config(job["model_type"], checkout=checkout)
-    torch.manual_seed(0)
-    return model_class(config).to(torch.float32).eval()
+    return tiny_models.tiny_model(model_class, seed=0, checkout=checkout)
 
 
 # ── Comparing outputs ──

@@ -66,8 +66,10 @@ def _model_type_of(name: str) -> str | None:
     return None
 
 
-def resolve_model_class(name: str) -> type[PreTrainedModel]:
-    """Return the class for a model type (its default head) or for a model class name."""
+def resolve_model_class(name: str | type[PreTrainedModel]) -> type[PreTrainedModel]:
+    """Return the class for a model type (its default head) or for a model class name; a class is itself."""
+    if isinstance(name, type):
+        return name
     model_type = _model_type_of(name)
     if model_type is not None:
         for mapping_name in (*DEFAULT_HEAD_MAPPINGS, "MODEL_MAPPING_NAMES"):

@@ -432,8 +432,11 @@ def _with_overrides(config: PretrainedConfig, overrides: dict[str, Any]) -> Pret
     return type(config)(**{**kwargs, **overrides})
 
 
-def tiny_config(name: str, checkout: Path | None = None, overrides: dict[str, Any] | None = None) -> PretrainedConfig:
-    """Return a tiny config for a model type or class; a transformers checkout's model tester wins if usable.
+def tiny_config(
+    name: str | type[PreTrainedModel], checkout: Path | None = None, overrides: dict[str, Any] | None = None
+) -> PretrainedConfig:
+    """Return a tiny config for a model type or class (a name, or the class itself: one no auto mapping lists); a
+    transformers checkout's model tester wins if usable.
 
     ``overrides`` are constructor arguments applied on top of the tiny config (see ``ALTERNATE_CONFIGS``).
     """

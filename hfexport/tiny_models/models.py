@@ -14,13 +14,16 @@ from .tables import UNRUNNABLE
 
 
 def tiny_model(
-    name: str, seed: int = 0, checkout: Path | None = None, overrides: dict[str, Any] | None = None
+    name: str | type[PreTrainedModel],
+    seed: int = 0,
+    checkout: Path | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> PreTrainedModel:
     """Build a seeded, random-weight, float32 tiny model in eval mode (``overrides``: see ``tiny_config``)."""
     model_class = resolve_model_class(name)
     if model_class.__name__ in UNRUNNABLE:
         raise UnrunnableModelError(f"{model_class.__name__}: {UNRUNNABLE[model_class.__name__]}")
-    config = tiny_config(model_class.__name__, checkout=checkout, overrides=overrides)
+    config = tiny_config(model_class, checkout=checkout, overrides=overrides)
     torch.manual_seed(seed)
     try:
         model = model_class(config)
