@@ -116,6 +116,24 @@ def test_no_padding_mask_patch_keeps_time_series_encoders_traceable(name, error,
         DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
 
 
+class StudentTLogLikelihood(torch.nn.Module):
+    def forward(self, x):
+        # time-series ForPrediction heads: the loss builds a distribution from the predicted parameters.
+        distribution = torch.distributions.StudentT(x[..., 0].exp() + 2, x[..., 1], x[..., 2].exp())
+        return distribution.log_prob(x[..., 3])
+
+
+def test_distributions_patch_exports_a_distribution_of_computed_parameters(monkeypatch):
+    module, inputs = StudentTLogLikelihood(), {"x": torch.randn(2, 5, 4)}
+    program, _ = DynamoExporter().export_program(module, inputs, DynamoConfig(dynamic=True))
+    fed = torch.randn(3, 7, 4)
+    torch.testing.assert_close(program.module()(x=fed), module(fed))
+    kept = [w for w in registry._REGISTRY["dynamo"] if w.name != "_patch_distributions_unvalidated"]
+    monkeypatch.setitem(registry._REGISTRY, "dynamo", kept)
+    with pytest.raises(ExportStageError, match="data-dependent expression"):
+        DynamoExporter().export_program(module, inputs, DynamoConfig(dynamic=True))
+
+
 def test_manifest_records_patches_and_schema_1_exports_still_load(tmp_path):
     from hfexport.gate.checks import workarounds_used
 

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from hfexport.cli import main
 from hfexport.gate import changes, checks, report, schema, views
+from hfexport.gate.cells import FAILURE_STATUSES
 from hfexport.gate.run import CheckOptions, Target, run_check, target_for
 
 # Cut after LlamaForCausalLM: two model classes keep the runs short.
@@ -245,7 +246,7 @@ def test_crash_hang_and_oom_become_cell_results(repo: Path) -> None:
 
 
 def _cell(model_class: str, backend: str, status: str, regression: str | None = None) -> dict:
-    failing = status in report.FAILURE_STATUSES
+    failing = status in FAILURE_STATUSES
     return report.new_cell(
         "llama",
         model_class,

@@ -167,6 +167,14 @@ def _patch_no_padding_mask_as_none(original: Callable) -> Callable:
     return create_bidirectional_mask
 
 
+@register_patch("dynamo", "torch.distributions.Distribution._validate_args")
+def _patch_distributions_unvalidated(_original: bool) -> bool:
+    # autoformer, informer, time_series_transformer (ForPrediction's loss): building the output distribution checks
+    # its parameters' values ("Could not guard on data-dependent expression Eq(u0, 1)", time_series_utils.py:98); the
+    # check only raises on invalid parameters, so export without it.
+    return False
+
+
 _MIMI, _ENCODEC = "transformers.models.mimi.modeling_mimi", "transformers.models.encodec.modeling_encodec"
 _POCKET_TTS = "transformers.models.pocket_tts_audio_tokenizer.modeling_pocket_tts_audio_tokenizer"
 
