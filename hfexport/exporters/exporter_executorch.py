@@ -319,7 +319,7 @@ def peak_activation_bytes(program: ExportedProgram) -> int:
             for source in node.all_input_nodes:
                 if last_use[source] == index and source in held:
                     live -= held.pop(source)
-    except (TypeError, AssertionError, RuntimeError):  # a data-dependent size without an upper bound: nothing to foresee
+    except (TypeError, AssertionError, RuntimeError):  # a data-dependent size with no upper bound: nothing to foresee
         return 0
     return peak
 
