@@ -46,6 +46,7 @@ def _without(monkeypatch: pytest.MonkeyPatch, key: str, name: str) -> None:
     monkeypatch.setitem(registry._REGISTRY, key, kept)
 
 
+@pytest.mark.slow  # over 20 s
 def test_linear_attention_cache_layers_are_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("BailingHybridForCausalLM")
     inputs = sample_inputs(model)
@@ -63,6 +64,7 @@ def test_linear_attention_cache_layers_are_walked(monkeypatch: pytest.MonkeyPatc
     assert set(layer.conv_states) == {0}
 
 
+@pytest.mark.slow  # over 20 s
 def test_t5gemma2_cache_class_and_mask_indexing(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The cross-attention cache holds the class of the layers it makes: the context names it. The vmap-style mask
     # indexing must not reach the saved program.
@@ -173,8 +175,21 @@ NEEDED = [
 ]
 
 
+# Cases whose model takes over 20 s to export twice on 2 cores run in the slow sweep (-m slow); CI keeps the rest
+# (the dynamo and onnx keys; the executorch ones have their own small removal tests in test_executorch.py).
+SLOW_MODELS = {
+    "Sam3Model",
+    "ParakeetForCTC",
+    "ParakeetForTDT",
+    "ProphetNetForCausalLM",
+    "Gemma3nForCausalLM",
+    "DeepseekV2ForCausalLM",
+}
+
+
 @pytest.mark.parametrize(
-    ("model_class", "backend", "key", "names", "error"), NEEDED, ids=[case[3][0] for case in NEEDED]
+    ("model_class", "backend", "key", "names", "error"),
+    [pytest.param(*case, id=case[3][0], marks=[pytest.mark.slow] if case[0] in SLOW_MODELS else []) for case in NEEDED],
 )
 def test_workaround_is_needed(
     monkeypatch: pytest.MonkeyPatch,
@@ -213,6 +228,7 @@ def test_dynamo_keeps_complex_rotary_and_erfinv(tmp_path, model_class: str) -> N
     assert _max_diff(loaded(**inputs), expected) < 1e-4
 
 
+@pytest.mark.slow  # over 20 s
 def test_onnx_optimizer_skip_of_prophetnet_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("ProphetNetForCausalLM")
     inputs = sample_inputs(model)
@@ -238,6 +254,7 @@ def test_export_skips_still_fail_to_export(model_class: str) -> None:
         _export(model, sample_inputs(model), "dynamo")
 
 
+@pytest.mark.slow  # over 20 s
 def test_view_larger_than_its_base_stays_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     # Falcon-H1's chunked Mamba scan views a padded length as (chunks, chunk size): bounded dim by dim, the view
     # claims more memory than its base was planned, and the runtime refuses to load the program (error 0x21).

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from support import max_abs_diff
+from sweeps import core_params
 
 from hfexport.exporters import (
     AutoExportConfig,
@@ -19,7 +20,7 @@ from hfexport.exporters import (
 )
 from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
 
-MODELS = list(CORE_MODEL_TYPES)
+MODELS = core_params(list(CORE_MODEL_TYPES))
 TOLERANCE = 1e-4
 
 
@@ -81,15 +82,19 @@ def test_cache_outputs_are_rebuilt_with_readable_names(tmp_path):
     assert outputs.past_key_values.get_seq_length() == inputs["input_ids"].shape[1]
 
 
-def test_cache_outside_cache_class_is_rebuilt(tmp_path):
-    # ReformerDynamicCache does not derive from Cache: stage 3 registers it from _OTHER_CACHE_TYPES.
-    model = tiny_model("ReformerModelWithLMHead")
+def _saved_and_reloaded_outputs(name: str, tmp_path) -> tuple[torch.nn.Module, object]:
+    """The tiny ``name`` and what its static dynamo export, saved and loaded back, returns on its sample inputs."""
+    model = tiny_model(name)
     inputs = sample_inputs(model)
     exported = DynamoExporter().export(model, inputs, DynamoConfig())
-    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "reformer"))
-    outputs = loaded(**inputs)
+    return model, ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))(**inputs)
+
+
+def test_cache_outside_cache_class_is_rebuilt(tmp_path):
+    # ReformerDynamicCache does not derive from Cache: stage 3 registers it from _OTHER_CACHE_TYPES.
+    model, outputs = _saved_and_reloaded_outputs("ReformerModelWithLMHead", tmp_path)
     with torch.no_grad():
-        expected = model(**inputs)
+        expected = model(**sample_inputs(model))
     assert type(outputs.past_buckets_states).__name__ == "ReformerDynamicCache"
     assert max_abs_diff(outputs.logits, expected.logits) <= TOLERANCE
     states = outputs.past_buckets_states.states_cache, expected.past_buckets_states.states_cache
@@ -158,14 +163,10 @@ def test_manifest_records_patches_and_schema_1_exports_still_load(tmp_path):
 
 def test_output_type_with_required_fields_reloads(tmp_path):
     # DPRQuestionEncoderOutput has no default for pooler_output: loading must not instantiate output types.
-    model = tiny_model("DPRQuestionEncoder")
-    inputs = sample_inputs(model)
-    exported = DynamoExporter().export(model, inputs, DynamoConfig())
-    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "dpr"))
-    outputs = loaded(**inputs)
+    model, outputs = _saved_and_reloaded_outputs("DPRQuestionEncoder", tmp_path)
     assert type(outputs).__name__ == "DPRQuestionEncoderOutput"
     with torch.no_grad():
-        assert max_abs_diff(outputs.pooler_output, model(**inputs).pooler_output) < TOLERANCE
+        assert max_abs_diff(outputs.pooler_output, model(**sample_inputs(model)).pooler_output) < TOLERANCE
 
 
 def test_static_export_specializes_shapes(tmp_path):

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from sweeps import core_params
 
 pytest.importorskip("executorch")
 
@@ -21,13 +22,14 @@ from hfexport.exporters.exporter_executorch import (
     program_bytes,
 )
 from hfexport.exporters.workarounds import executorch as executorch_workarounds
+from hfexport.exporters.workarounds import fast_lowering as fast_lowering_workarounds
 from hfexport.exporters.workarounds import lowered as lowered_workarounds
 from hfexport.exporters.workarounds import xnnpack as xnnpack_workarounds
 from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
 
 TOLERANCE = 1e-3
 # Every architecture family the issue names, on XNNPACK with static shapes (the CI default).
-XNNPACK_MODELS = list(CORE_MODEL_TYPES)
+XNNPACK_MODELS = core_params(list(CORE_MODEL_TYPES))
 PORTABLE_MODELS = ["llama", "bert", "vit"]
 
 
@@ -628,6 +630,7 @@ def test_dim_order_patch_sorts_strides_of_a_masked_selection(monkeypatch):
         run_module(module, traced, traced)
 
 
+@pytest.mark.slow  # two lowerings of a 4-stage PVT: 150 s
 def test_view_dynamism_patch_keeps_pvt_lowerable(tmp_path, monkeypatch):
     # pvt's spatial-reduction attention views a static-shaped tensor with symbolic sizes.
     metadata = check_against_eager("PvtForImageClassification", tmp_path, dynamic=True)
@@ -643,6 +646,7 @@ def test_every_workaround_is_registered_and_named():
         (key, name)
         for key, module in (
             ("executorch", executorch_workarounds),
+            ("executorch", fast_lowering_workarounds),
             ("executorch", lowered_workarounds),
             ("executorch.xnnpack", xnnpack_workarounds),
         )

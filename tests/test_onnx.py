@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sweeps import core_params
 from transformers import PretrainedConfig
 
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -31,7 +32,7 @@ from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model  # 
 
 TOLERANCE = 1e-4
 # CLIPModel rather than clip's default head: the dual encoder (text and image towers) is what CLIP exports are for.
-MODELS = ["CLIPModel" if name == "clip" else name for name in CORE_MODEL_TYPES]
+MODELS = core_params(["CLIPModel" if name == "clip" else name for name in CORE_MODEL_TYPES])
 
 
 def assert_matches_eager(exported: ExportedModel, model: torch.nn.Module, inputs: dict) -> float:

@@ -51,6 +51,7 @@ from .registry import (  # noqa: E402
 )
 from .utils import export_stage  # noqa: E402
 from .workarounds import executorch as _executorch_workarounds  # noqa: E402, F401 - registers "executorch"
+from .workarounds import fast_lowering as _fast_lowering  # noqa: E402, F401 - registers "executorch" lowering swaps
 from .workarounds import lowered as _lowered_workarounds  # noqa: E402, F401 - model patches for "executorch"
 from .workarounds import xnnpack as _xnnpack_workarounds  # noqa: E402, F401 - registers "executorch.xnnpack"
 
@@ -258,7 +259,7 @@ _BACKEND_PREPARE: dict[str, Callable[[torch.nn.Module, dict[str, Any]], tuple[An
 # ── Lowering speed ──
 # Measured on a tiny 2-layer Llama (see scripts/bench_executorch.py): the cost of to_edge_transform_and_lower is
 # re-tracing. With ``fast_lowering``, stage 1 swaps XNNPACK's partitioner for the one below and stage 3 installs the
-# registered lowering swaps (``workarounds/executorch.py``, ``workarounds/xnnpack.py``). No program semantics change.
+# registered lowering swaps (``workarounds/fast_lowering.py``, ``workarounds/xnnpack.py``). No program semantics change.
 
 
 class _UnfilteredXnnpackPartitioner(XnnpackPartitioner):

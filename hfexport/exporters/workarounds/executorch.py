@@ -1,8 +1,8 @@
 """ExecuTorch workarounds every delegate needs (key ``"executorch"``): xnnpack, portable and cuda programs alike.
 
 Sections follow ``ExecutorchExporter``'s stages: 2 torch patches, 3 ExecuTorch patches, 4 FX program fixes, 5 FX
-node fixes, then the lowering swaps ``fast_lowering`` installs. What only the XNNPACK delegate needs is in
-``xnnpack.py``.
+node fixes. What only the XNNPACK delegate needs is in ``xnnpack.py``; the lowering swaps ``fast_lowering`` installs
+(speed, not correctness) are in ``fast_lowering.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, c
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
-from ..registry import register_fx_node_fix, register_fx_program_fix, register_lowering_swap, register_patch
+from ..registry import register_fx_node_fix, register_fx_program_fix, register_patch
 
 # ── Torch patches (stage 2) ──
 
@@ -448,84 +448,3 @@ def _call_with_value(graph: torch.fx.Graph, target: Any, *args: Any, **kwargs: A
     fake_args, fake_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["val"], (args, kwargs))
     node.meta["val"] = target(*fake_args, **fake_kwargs)
     return node
-
-
-# ── Lowering swaps (stage 3, only with fast_lowering) ──
-# Measured on a tiny 2-layer Llama (scripts/bench_executorch.py): the cost of lowering is re-tracing. These swaps
-# change no program semantics; ``ExecutorchConfig(fast_lowering=False)`` lowers without them.
-
-
-@register_lowering_swap("executorch", "torch.export.exported_program.ExportedProgram.run_decompositions")
-def _patch_decompose_once(original: Callable) -> Callable:
-    # Lowering's re-trace with an empty decomposition table only functionalizes, as the real table's does too: skip it.
-    # (0.5 s on llama, 1.3 s on t5.)
-    def run_decompositions(self: ExportedProgram, decomp_table: dict | None = None, *args: Any, **kwargs: Any) -> Any:
-        if decomp_table is not None and not decomp_table:
-            return self
-        return original(self, decomp_table, *args, **kwargs)
-
-    return run_decompositions
-
-
-@register_lowering_swap("executorch", "executorch.exir.program._program.contains_any_call_fn_target_op")
-def _patch_table_pass_always_runs(_original: Callable) -> Callable:
-    # The decomposition-table pass is skipped when no op of the table is left, but it functionalizes: always run it.
-    # (With _patch_decompose_once it is the only re-trace that functionalizes.)
-    return lambda graph_module, ops: True
-
-
-@register_lowering_swap("executorch", "torch.export.exported_program._convert_guards_to_code")
-def _patch_no_guards_as_code(_original: Callable) -> Callable:
-    # Every intermediate ExportedProgram prints its shape guards as code for .module(), which ExecuTorch never calls.
-    return lambda graph_module: []
-
-
-@register_lowering_swap("executorch", "executorch.exir.program._program._sanity_check_graph_for_non_decomp_ops")
-def _patch_undelegated_kept_op_warns(original: Callable) -> Callable:
-    # Fast lowering keeps whole only ops with a portable kernel, so an undelegated kept op warns instead of failing.
-    # (higgs_audio_v2's linear, which XNNPACK declines, runs on its portable kernel.)
-    def check(*args: Any, **kwargs: Any) -> None:
-        original(*args, **{**kwargs, "generate_error": False})
-
-    return check
-
-
-@register_lowering_swap("executorch", "executorch.exir.program._program._get_aten_to_edge_passes")
-def _patch_operator_passes_in_one_retrace(original: Callable) -> Callable:
-    # Each aten-to-edge ExportPass re-traces the whole program (~1 s on a tiny decoder, mostly symbolic shapes); five
-    # only rewrite single operators, so one re-trace runs them all. (llama: to_edge 15.7 -> 12.9 s, the same .pte)
-    def passes(config: Any) -> tuple[list, list]:
-        pre_op_replace, post_op_replace = original(config)
-        return _operator_passes_fused(pre_op_replace), post_op_replace
-
-    return passes
-
-
-def _operator_passes_fused(passes: list) -> list:
-    """``passes`` with the operator-only ones run as one ExportPass whose ``call_operator`` chains theirs in list order
-    (an operator one rewrites reaches the next as the next would see it in its own re-trace); the rest keep their place.
-    """
-    from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
-    from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
-    from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import ReplaceBrokenOpsWithFunctionalOpsPass
-    from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
-    from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
-
-    # Each overrides only call_operator (ScalarToTensorPass's call only resets its flag): read in executorch 1.5.
-    operator_only = (
-        NormalizeTransposePass,
-        ReplaceBrokenOpsWithFunctionalOpsPass,
-        ScalarToTensorPass,
-        SymToTensorPass,
-        RemoveMixedTypeOperators,
-    )
-    # The pass manager wraps each pass in a function that keeps it as __wrapped__.
-    unwrapped = [getattr(each, "__wrapped__", each) for each in passes]
-    chained = [each for each in unwrapped if type(each) in operator_only]
-    if len(chained) < 2:
-        return passes
-    fused = type("OperatorPasses", tuple(type(each) for each in chained), {})()
-    first = unwrapped.index(chained[0])
-    # The cheap in-place passes between them (no-ops, empty tensors, redundant copies) now run after them all.
-    kept = [each for each, bare in zip(passes, unwrapped, strict=True) if bare not in chained]
-    return [*kept[:first], fused, *kept[first:]]
