@@ -239,6 +239,20 @@ def test_aten_sym_floordiv_is_needed():
     assert exported(x=x).shape == module(x=x).shape == (3, 4)
 
 
+def _checked_double(self, x):
+    torch._check_tensor_all(x.isfinite(), lambda: "x has a NaN or an infinity")  # as lfm2_vl checks its features
+    return x * 2
+
+
+def test_aten_is_all_true_is_needed():
+    module, inputs = _module(_checked_double), {"x": torch.randn(2, 5)}
+    with without("_aten_is_all_true"), pytest.raises(ExportStageError, match="stage 4 ONNX translations"):
+        OnnxExporter().export_program(module, inputs, OnnxConfig(dynamic=True))
+    exported = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
+    fed = torch.randn(3, 4)
+    assert max_abs_diff(exported(x=fed), module(fed)) == 0
+
+
 def test_aten_grouped_mm_is_needed():
     model = tiny_model("mixtral")
     inputs = sample_inputs(model)

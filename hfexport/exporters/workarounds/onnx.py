@@ -167,6 +167,13 @@ def _aten_sym_floordiv(self: Any, other: Any) -> Any:
     return op.Div(op.Sub(self, op.Mod(self, other)), other)
 
 
+@register_onnx_translation("torch.ops.aten._is_all_true.default")
+def _aten_is_all_true(self: Any) -> Any:
+    # lfm2_vl: torch._check_tensor_all (a check on a boolean tensor) traces to aten._is_all_true, which torchlib lacks.
+    # The minimum of an empty tensor is the identity (the largest int64), so an empty check holds, as in torch.
+    return op.Cast(op.ReduceMin(op.Cast(self, to=ir.DataType.INT64), keepdims=0), to=ir.DataType.BOOL)
+
+
 # Importing transformers.integrations.moe defines torch.ops.transformers.grouped_mm_fallback, when it has one.
 compat.internal("transformers.integrations.moe")
 
