@@ -240,7 +240,7 @@ def test_aten_sym_floordiv_is_needed():
 
 
 def _checked_double(self, x):
-    torch._check_tensor_all(x.isfinite(), lambda: "x has a NaN or an infinity")  # as lfm2_vl checks its features
+    torch._check_tensor_all(x.isfinite(), lambda: "x has a NaN or an infinity")  # torch_compilable_check
     return x * 2
 
 
