@@ -169,7 +169,7 @@ def _aten_sym_floordiv(self: Any, other: Any) -> Any:
 
 @register_onnx_translation("torch.ops.aten._is_all_true.default")
 def _aten_is_all_true(self: Any) -> Any:
-    # lfm2_vl, siglip2 (transformers' torch_compilable_check on a tensor condition calls torch._check_tensor_all): it
+    # lfm2_vl (transformers' torch_compilable_check on a tensor condition calls torch._check_tensor_all): it
     # traces to aten._is_all_true, which torchlib has no translation for.
     # The minimum of an empty tensor is the identity (the largest int64), so an empty check holds, as in torch.
     return op.Cast(op.ReduceMin(op.Cast(self, to=ir.DataType.INT64), keepdims=0), to=ir.DataType.BOOL)
