@@ -1,8 +1,11 @@
-"""Suite-wide settings: each test's own result cache, and the slowest tests started first.
+"""Suite-wide settings: each test's own result cache, the slowest tests started first, shared exports made once.
 
 Slowest first: with two xdist workers, a long test started last keeps one worker busy while the other idles, so
 tests run in the order of the call times recorded in ``durations.json`` (longest first; tests not recorded last).
 Refresh it after adding or speeding up a slow test: ``python -m pytest --record-durations``.
+
+Made once: the tests sharing one parameter of a module-scoped fixture (one model's export, read by several tests)
+run one after another on one worker. Sorted one by one, or spread over both workers, they would export it again.
 """
 
 from __future__ import annotations
@@ -29,9 +32,35 @@ def _test_id(nodeid: str) -> str:
     return nodeid.split("@", 1)[0]
 
 
+def _shared_setup(item: pytest.Item) -> tuple | None:
+    """The module's file and the parameters of the item's wider-scoped fixtures: what its neighbours set up too."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    fixtures = item._fixtureinfo.name2fixturedefs
+    shared = tuple(
+        (name, callspec.indices[name])
+        for name in sorted(callspec.params)
+        if name in fixtures and fixtures[name][-1].scope != "function"
+    )
+    return (str(item.path), shared) if shared else None
+
+
+# Before xdist's own hook, which reads the xdist_group marks into the ids it schedules by.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     known = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
-    items.sort(key=lambda item: -known.get(_test_id(item.nodeid), 0.0))
+    runs: dict[object, list[pytest.Item]] = {}
+    for item in items:
+        runs.setdefault(_shared_setup(item) or item.nodeid, []).append(item)
+    for key, members in runs.items():
+        if len(members) > 1 and not any(item.get_closest_marker("xdist_group") for item in members):
+            # No "]" in a group's name: xdist takes an id's "@" after its last "]" as the group's.
+            group = f"{Path(key[0]).stem}:" + ",".join(str(members[0].callspec.params[name]) for name, _ in key[1])
+            for item in members:
+                item.add_marker(pytest.mark.xdist_group(group))
+    ordered = sorted(runs.values(), key=lambda members: -sum(known.get(_test_id(i.nodeid), 0.0) for i in members))
+    items[:] = [item for members in ordered for item in members]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -64,12 +64,21 @@ def test_xnnpack_matches_eager(name, tmp_path):
     assert metadata["backend"] == "xnnpack"
     assert metadata["delegate_partitions"] > 0
     assert b"XnnpackBackend" in (tmp_path / "export" / "model.pte").read_bytes()
+    if name in FEWEST_PARTITIONS:  # the partition workarounds keep the delegate whole
+        assert metadata["delegate_partitions"] == FEWEST_PARTITIONS[name]
+        applied = set(metadata["workarounds"]["fixes"]) | patch_names(metadata)
+        assert {workaround for workaround, model in PARTITION_WORKAROUNDS if model == name} <= applied
 
 
 @pytest.mark.parametrize("name", PORTABLE_MODELS)
 def test_portable_matches_eager(name, tmp_path):
     metadata = check_against_eager(name, tmp_path, backend="portable")
     assert metadata["delegate_partitions"] == 0
+    # A workaround registered under "executorch.xnnpack" runs only when the XNNPACK delegate lowers.
+    keys = {record["key"] for record in metadata["workarounds"]["patches"]}
+    assert "executorch" in keys and "executorch.xnnpack" not in keys
+    xnnpack_only = {w.name for w in registry.all_workarounds("executorch") if w.delegate == "xnnpack"}
+    assert not xnnpack_only & set(metadata["workarounds"]["fixes"])
 
 
 @pytest.mark.parametrize("name", ["llama", "bert"])
@@ -240,14 +249,6 @@ def without_workaround(monkeypatch, name: str) -> None:
 
 def patch_names(metadata: dict) -> set[str]:
     return {record["name"] for record in metadata["workarounds"]["patches"]}
-
-
-@pytest.mark.parametrize("model_name", list(FEWEST_PARTITIONS))
-def test_partition_workarounds_keep_the_delegate_whole(model_name, tmp_path):
-    metadata = check_against_eager(model_name, tmp_path)
-    assert metadata["delegate_partitions"] == FEWEST_PARTITIONS[model_name]
-    applied = set(metadata["workarounds"]["fixes"]) | patch_names(metadata)
-    assert {name for name, model in PARTITION_WORKAROUNDS if model == model_name} <= applied
 
 
 @pytest.mark.parametrize(("name", "model_name"), PARTITION_WORKAROUNDS)
@@ -654,16 +655,6 @@ def test_every_workaround_is_registered_and_named():
         if name.startswith(("_patch_", "_fix_"))
     }
     assert defined == registered
-
-
-def test_xnnpack_workarounds_stay_out_of_portable_programs():
-    # A workaround registered under "executorch.xnnpack" runs only when the XNNPACK delegate lowers.
-    model = tiny_model("llama")
-    _, metadata = ExecutorchExporter().export_program(model, sample_inputs(model), ExecutorchConfig(backend="portable"))
-    keys = {record["key"] for record in metadata["workarounds"]["patches"]}
-    assert "executorch" in keys and "executorch.xnnpack" not in keys
-    xnnpack_only = {w.name for w in registry.all_workarounds("executorch") if w.delegate == "xnnpack"}
-    assert not xnnpack_only & set(metadata["workarounds"]["fixes"])
 
 
 # ── Slow sweeps (run with -m slow) ──

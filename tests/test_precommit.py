@@ -83,9 +83,9 @@ def test_try_repo_skips_files_that_are_not_modeling_code(tmp_path, hook_repo, en
 
 
 def test_installed_hook_passes_an_exportable_model(tmp_path, hook_repo, env):
-    checkout = make_checkout(tmp_path / "transformers")
+    checkout = make_checkout(tmp_path / "transformers", heads=1)
     install_hook(checkout, hook_repo, env, ["--backends=dynamo", "--no-generation"])
-    (checkout / LLAMA).write_text(llama_source().replace("class LlamaModel(", "# a comment\nclass LlamaModel("))
+    (checkout / LLAMA).write_text(llama_source(1).replace("class LlamaModel(", "# a comment\nclass LlamaModel("))
     git(checkout, "add", LLAMA)
     before = git(checkout, "rev-parse", "HEAD")
     result = run(["git", "commit", "-m", "touch llama"], checkout, env)
@@ -96,14 +96,14 @@ def test_installed_hook_passes_an_exportable_model(tmp_path, hook_repo, env):
 
 
 def test_installed_hook_blocks_a_broken_model(tmp_path, hook_repo, env):
-    checkout = make_checkout(tmp_path / "transformers")
+    checkout = make_checkout(tmp_path / "transformers", heads=1)
     install_hook(checkout, hook_repo, env, ["--backends=onnx", "--no-generation"])
     # A worktree of the contributor's own on a disk not mounted now: checking the base must leave its record.
     away = tmp_path / "usb" / "other"
     git(checkout, "worktree", "add", "-q", "-b", "other", str(away))
     shutil.rmtree(tmp_path / "usb")
     before = git(checkout, "rev-parse", "HEAD")
-    (checkout / LLAMA).write_text(llama_source().replace(*ONNX_BREAKAGE))
+    (checkout / LLAMA).write_text(llama_source(1).replace(*ONNX_BREAKAGE))
     git(checkout, "add", LLAMA)
     result = run(["git", "commit", "-m", "break llama on onnx"], checkout, env)
     output = result.stdout + result.stderr
