@@ -106,6 +106,22 @@ def test_output_named_like_an_input_keeps_the_input_fed(tmp_path):
     assert max_abs_diff(loaded(**inputs).logits, expected.logits) < 1e-4
 
 
+def test_none_outputs_come_back_where_the_model_returned_them(tmp_path):
+    # pe_audio's nested text outputs hold None hidden states: torch.onnx leaves them out of the graph's outputs.
+    model = _module(lambda self, x: {"inner": ((x * 2, None), None), "last": x + 1})
+    inputs = {"x": torch.randn(2, 5)}
+    exported = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
+    component = exported.components["model"]
+    assert component["none_outputs"] == [1, 2]
+    assert [v.name for v in exported.programs["model"].graph.outputs] == component["output_names"]
+    assert component["output_names"] == ["inner.0.0", "last"]
+    loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "nested"))
+    outputs = loaded(**inputs)
+    assert outputs["inner"][0][1] is None and outputs["inner"][1] is None
+    torch.testing.assert_close(outputs["inner"][0][0], inputs["x"] * 2)
+    torch.testing.assert_close(outputs["last"], inputs["x"] + 1)
+
+
 def test_external_data_and_session_options(tmp_path, monkeypatch):
     model = tiny_model("bert")
     inputs = sample_inputs(model)

@@ -101,7 +101,11 @@ class OnnxExporter(DynamoExporter):
                 timings["optimize"] = round(time.perf_counter() - started, 3)
             onnx_model = onnx_program.model
             input_names = metadata["input_names"]
-            metadata["output_names"] = _name_outputs(onnx_model.graph, metadata["output_names"], input_names)
+            # torch.onnx leaves None outputs out of the graph (pe_audio's nested outputs): the runner puts them back.
+            traced_outputs = program.graph.output_node().args[0]
+            metadata["none_outputs"] = none = [i for i, value in enumerate(traced_outputs) if value is None]
+            names = [name for i, name in enumerate(metadata["output_names"]) if i not in none]
+            metadata["output_names"] = _name_outputs(onnx_model.graph, names, input_names)
             _name_dynamic_axes(onnx_model, metadata["input_names"])
             apply_ir_fixes(keys, onnx_model, applied)
             if config.check:

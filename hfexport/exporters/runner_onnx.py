@@ -37,8 +37,10 @@ class OnnxRunner(ModelRunner):
         fed = {input.name for input in session.get_inputs()}
         # torch.onnx drops inputs the graph never reads (and None leaves): feed only what the session declares.
         feed = {name: _to_numpy(value) for name, value in zip(names, flat, strict=True) if name in fed}
-        outputs = session.run(None, feed)
-        return self.rebuild_outputs(component, [torch.from_numpy(np.asarray(value)) for value in outputs])
+        values: list[Any] = [torch.from_numpy(np.asarray(value)) for value in session.run(None, feed)]
+        for position in self.exported.components[component].get("none_outputs", []):
+            values.insert(position, None)  # positions ascend: each counts the Nones put back before it
+        return self.rebuild_outputs(component, values)
 
     @functools.cache  # noqa: B019 - one runner per ExportedModel; a session is built once per component
     def session(self, component: str) -> ort.InferenceSession:
