@@ -54,6 +54,18 @@ def test_torch_raising_under_a_thin_workaround_is_the_export_naming_the_workarou
     assert (found.owner, found.workaround) == ("toolchain", "_patch_sdpa_math_kernel_on_cpu")
 
 
+def test_a_model_call_through_a_thin_workaround_is_the_models_line() -> None:
+    # SDPA's own shape check, reached from a model's attention through the patch: the line that broke is the model's.
+    namespace = {"__name__": "transformers.models.fake.modeling_fake", "torch": torch}
+    exec(compile("def attention(sdpa, q, k, v):\n    return sdpa(q, k, v)\n", "modeling_fake.py", "exec"), namespace)
+    sdpa = _patch_sdpa_math_kernel_on_cpu(torch.nn.functional.scaled_dot_product_attention)
+    query, mismatched_key = torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 5)
+    error = _raised(namespace["attention"], sdpa, query, mismatched_key, query)
+    found = blame(error)
+    assert (found.owner, found.workaround) == ("model", "_patch_sdpa_math_kernel_on_cpu")
+    assert (found.frame.file, found.frame.line, found.frame.function) == ("modeling_fake.py", 2, "attention")
+
+
 class _BranchOnValue(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * 2 if x.sum() > 0 else x

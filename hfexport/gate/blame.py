@@ -8,7 +8,9 @@
   them (a lowering with no translation, a kernel the runtime lacks): the export fails for this model.
 
 ``workaround`` names the workaround (``_patch_*``, ``_fix_*``, ``_aten_*``) that was running, if any: a thin wrapper
-such as a patched ``run_decompositions`` is on the stack of every failure inside it, so it is named, not blamed.
+such as a patched ``run_decompositions`` is on the stack of every failure inside it, so it is named, not blamed. A
+patch's replacement that holds the ``original`` it wraps and was calling when the error came out stands in for that
+call: the deciding frame is its caller's (the model line that called torch's SDPA, not the wrapper's forwarding line).
 
 A failure after tracing (a lowering with no translation, a fix or a partitioner choking on a node) has no model
 frame of its own: ``traced_model_frame`` finds the graph node being handled on the failing stack and reads the model
@@ -42,6 +44,7 @@ class Frame:
     function: str
     module: str
     at_call: bool = False  # the frame was calling when the error came out of the callee
+    wraps_original: bool = False  # a patch's replacement holding the function it replaces (``original``)
 
     def as_dict(self) -> dict[str, str | int]:
         return {"file": self.file, "line": self.line, "function": self.function}
@@ -61,7 +64,8 @@ def _frames(tb: TracebackType | None) -> list[Frame]:
         code = tb.tb_frame.f_code
         function = getattr(code, "co_qualname", code.co_name)
         module = str(tb.tb_frame.f_globals.get("__name__", ""))
-        frames.append(Frame(code.co_filename, tb.tb_lineno, function, module, _is_call(code, tb.tb_lasti)))
+        at_call, wraps = _is_call(code, tb.tb_lasti), "original" in code.co_freevars
+        frames.append(Frame(code.co_filename, tb.tb_lineno, function, module, at_call, wraps))
         tb = tb.tb_next
     return frames[::-1]
 
@@ -117,9 +121,14 @@ def blame(error: BaseException) -> Blame:
     for frame in frames:
         if _is_model(frame):
             return Blame("model", frame, running)
-        if _is_ours(frame):
+        if _is_ours(frame) and not _forwards(frame):
             return Blame("toolchain", frame, running)
-    return Blame("toolchain", None)
+    return Blame("toolchain", None, running)
+
+
+def _forwards(frame: Frame) -> bool:
+    """A workaround's replacement calling on (the function it wraps, as a rule): transparent, its caller decides."""
+    return frame.at_call and frame.wraps_original and _workaround(frame) is not None
 
 
 def traced_model_frame(error: BaseException) -> Frame | None:
