@@ -306,22 +306,28 @@ def peak_activation_bytes(program: ExportedProgram) -> int:
     after its last use (0 when a size has no upper bound)."""
     from executorch.exir.sym_util import eval_upper_bound
 
+    def upper_bound(size: int | torch.SymInt) -> int | None:
+        try:
+            return eval_upper_bound(size)
+        except (TypeError, AssertionError, RuntimeError):  # a data-dependent size with no upper bound
+            return None
+
     nodes = list(program.graph.nodes)
     last_use = {source: index for index, node in enumerate(nodes) for source in node.all_input_nodes}
     held: dict[torch.fx.Node, int] = {}
     live = peak = 0
-    try:
-        for index, node in enumerate(nodes):
-            if node.op == "call_function":
-                tensors = [t for t in pytree.tree_leaves(node.meta.get("val")) if isinstance(t, torch.Tensor)]
-                held[node] = sum(math.prod(map(eval_upper_bound, t.shape)) * t.element_size() for t in tensors)
-                live += held[node]
-                peak = max(peak, live)
-            for source in node.all_input_nodes:
-                if last_use[source] == index and source in held:
-                    live -= held.pop(source)
-    except (TypeError, AssertionError, RuntimeError):  # a data-dependent size with no upper bound: nothing to foresee
-        return 0
+    for index, node in enumerate(nodes):
+        if node.op == "call_function":
+            tensors = [t for t in pytree.tree_leaves(node.meta.get("val")) if isinstance(t, torch.Tensor)]
+            sizes = [[upper_bound(size) for size in t.shape] for t in tensors]
+            if any(None in shape for shape in sizes):
+                return 0  # nothing to foresee
+            held[node] = sum(math.prod(shape) * t.element_size() for shape, t in zip(sizes, tensors, strict=True))
+            live += held[node]
+            peak = max(peak, live)
+        for source in node.all_input_nodes:
+            if last_use[source] == index and source in held:
+                live -= held.pop(source)
     return peak
 
 
