@@ -18,7 +18,8 @@ import torch  # noqa: E402
 
 
 class OnnxRunner(ModelRunner):
-    """``providers`` and ``session_options`` go to every ``onnxruntime.InferenceSession`` (CPU by default)."""
+    """``providers`` and ``session_options`` go to every ``onnxruntime.InferenceSession`` (CPU by default; without
+    options, onnxruntime gets torch's intra-op thread count, which the gate sets per parallel job)."""
 
     def __init__(
         self,
@@ -28,6 +29,9 @@ class OnnxRunner(ModelRunner):
     ):
         super().__init__(exported)
         self.providers = list(providers)
+        if session_options is None:
+            session_options = ort.SessionOptions()
+            session_options.intra_op_num_threads = torch.get_num_threads()
         self.session_options = session_options
 
     def run(self, component: str, inputs: dict[str, Any]) -> Any:
