@@ -25,6 +25,7 @@ from hfexport.exporters import (
 from hfexport.exporters import pytree as export_pytree
 from hfexport.gate.skips import EXPORT_SKIPS
 from hfexport.tiny_models import sample_inputs, tiny_model
+from hfexport.tiny_models.inputs.precomputed import recorded_layout
 
 
 def _export(model: torch.nn.Module, inputs: dict, backend: str):
@@ -170,6 +171,13 @@ NEEDED = [
         ("_patch_conv1d_padding_from_sizes",),
         "Could not guard on data-dependent expression",
     ),
+    (
+        "Qwen3VLVisionModel",
+        "dynamo",
+        "dynamo",
+        ("_patch_packed_attention_as_masked_sdpa",),
+        "Could not guard on data-dependent expression",
+    ),
     # The translation fails on prims.erf_inv (the first line of the error names the stage only).
     ("Gemma3nForCausalLM", "onnx", "onnx", ("_patch_gaussian_cutoff_as_constant",), "stage 4"),
 ]
@@ -208,6 +216,21 @@ def test_workaround_is_needed(
         with pytest.raises(ExportStageError, match=error):
             _export(model, inputs, backend)
     exported = _export(model, inputs, backend)
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert _max_diff(exported(**inputs), expected) < 1e-4
+
+
+def test_packed_attention_keeps_each_image_to_its_own_rows() -> None:
+    # Traced at two images of one size, run at three of three sizes: each attends only to its own rows, as eager.
+    model = tiny_model("Qwen3VLVisionModel")
+    traced = sample_inputs(model)
+    exported = _export(model, traced, "dynamo")
+    side = 2 * model.config.spatial_merge_size
+    grid_thw = torch.tensor([[1, 2 * side, side], [1, side, side], [1, side, 3 * side]])
+    patches = torch.randn(int(grid_thw.prod(-1).sum()), traced["hidden_states"].shape[1])
+    inputs = {"hidden_states": patches, "grid_thw": grid_thw}
+    inputs |= recorded_layout(model, inputs)
     with torch.no_grad():
         expected = model(**inputs)
     assert _max_diff(exported(**inputs), expected) < 1e-4

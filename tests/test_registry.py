@@ -190,6 +190,20 @@ def test_unresolvable_path_is_reported_not_fatal(isolated_registries, target_mod
     assert [(w.name, absent) for w, _, absent in missing] == [("_patch_typo", None)]
 
 
+def test_a_model_module_nothing_imported_is_not_imported_to_patch_it(monkeypatch) -> None:
+    # A patch of a model type no export loaded is left alone; once a model of the type is loaded, it is installed.
+    import transformers.models.qwen3_vl.modeling_qwen3_vl as loaded
+
+    def installed() -> set[str]:
+        with apply_patches("dynamo") as report:
+            return {record["name"] for record in report.installed}
+
+    assert "_patch_packed_attention_as_masked_sdpa" in installed()
+    monkeypatch.delitem(sys.modules, loaded.__name__)
+    assert "_patch_packed_attention_as_masked_sdpa" not in installed()
+    assert loaded.__name__ not in sys.modules
+
+
 def _small_graph_module():
     class Small(torch.nn.Module):
         def forward(self, x):

@@ -99,8 +99,19 @@ def test_modalities() -> None:
         # Video encoders: (batch, frames, channels, height, width) clips.
         ("VideoMAEModel", {"pixel_values": (2, 4, 3, 32, 32)}),
         ("VJEPA2Model", {"pixel_values_videos": (2, 4, 3, 32, 32)}),
-        # Qwen-VL-style towers: flat patch rows laid out by grid_thw (2 images of 4x4 patches).
-        ("Qwen3VLVisionModel", {"hidden_states": (32, 384), "grid_thw": (2, 3)}),
+        # Qwen-VL-style towers: flat patch rows laid out by grid_thw (2 images of 4x4 patches), and that layout as
+        # the vision_utils helpers compute it (cu_seqlens, rotary positions, interpolation taps).
+        (
+            "Qwen3VLVisionModel",
+            {
+                "hidden_states": (32, 384),
+                "grid_thw": (2, 3),
+                "interp_indices": (32, 4),
+                "interp_weights": (32, 4),
+                "position_ids": (32, 2),
+                "cu_seqlens": (3,),
+            },
+        ),
         ("HunYuanVLVisionTransformer", {"pixel_values": (32, 192), "grid_thw": (2, 3)}),
         # NaViT-style patches with their mask and per-image grid.
         (
@@ -159,7 +170,16 @@ def test_modalities() -> None:
             },
         ),
         # Flat patches with each image's merge size beside its grid.
-        ("VideoLlama3VisionModel", {"pixel_values": (8, 192), "grid_thw": (2, 3), "merge_sizes": (2,)}),
+        (
+            "VideoLlama3VisionModel",
+            {
+                "pixel_values": (8, 192),
+                "grid_thw": (2, 3),
+                "merge_sizes": (2,),
+                "position_ids": (8, 2),
+                "cu_seqlens": (3,),
+            },
+        ),
         # Patches with their (x, y) positions, a 6x6 grid the 3x3 pooler divides.
         ("Gemma4VisionModel", {"pixel_values": (2, 36, 192), "pixel_position_ids": (2, 36, 2)}),
         # The image, its prompt and the prompt's mask, each half of the stacked image_size picture.
@@ -224,8 +244,30 @@ def test_modalities() -> None:
         ("SpeechT5Model", {"input_values": (2, 7, 32), "decoder_input_values": (2, 7, 32)}),
         ("PerceiverModel", {"inputs": (2, 7, 32)}),
         # Flat patches as per-patch images; flat patches two frames deep (patch_temporal).
-        ("Kimi_K25VisionModel", {"pixel_values": (8, 3, 8, 8), "grid_thw": (2, 3)}),
-        ("MuseSparkVisionModel", {"pixel_values": (8, 384), "grid_thw": (2, 3)}),
+        (
+            "Kimi_K25VisionModel",
+            {
+                "pixel_values": (8, 3, 8, 8),
+                "grid_thw": (2, 3),
+                "interp_indices": (8, 16),
+                "interp_weights": (8, 16),
+                "position_ids": (8, 2),
+                "cu_seqlens": (3,),
+            },
+        ),
+        (
+            "MuseSparkVisionModel",
+            {
+                "pixel_values": (8, 384),
+                "grid_thw": (2, 3),
+                "cu_seqlens": (3,),
+                "window_index": (8,),
+                "cu_window_seqlens": (3,),
+                "interp_indices": (8, 4),
+                "interp_weights": (8, 4),
+                "position_ids": (8, 2),
+            },
+        ),
         # Mel bins first for conv front ends with rotary positions; four frames stacked per projected frame; features
         # read from the speech recognizer's sub-config.
         ("GlmAsrEncoder", {"input_features": (2, 16, 56)}),
@@ -460,6 +502,18 @@ def test_encoder_decoder_classifiers_get_rows_ending_with_eos(name: str) -> None
     assert (inputs["input_ids"][:, -1] == model.config.eos_token_id).all()
     with torch.no_grad():
         assert model(**inputs).logits.shape == (2, model.config.num_labels)
+
+
+def test_packed_towers_get_the_layout_their_helpers_compute() -> None:
+    # Qwen-VL-style towers read cu_seqlens & co. from their kwargs when given: the builder passes the helpers' own.
+    vision_utils = pytest.importorskip("transformers.vision_utils")
+    model = tiny_model("Qwen3VLVisionModel")
+    inputs = sample_inputs(model)
+    assert {"cu_seqlens", "position_ids", "interp_indices", "interp_weights"} <= inputs.keys()
+    assert torch.equal(inputs["cu_seqlens"], vision_utils.get_vision_cu_seqlens(inputs["grid_thw"]))
+    with torch.no_grad():
+        computed = model(hidden_states=inputs["hidden_states"], grid_thw=inputs["grid_thw"])
+        assert torch.equal(model(**inputs).last_hidden_state, computed.last_hidden_state)
 
 
 def test_overrides_apply_on_top_of_the_tiny_config() -> None:

@@ -17,6 +17,7 @@ import contextlib
 import importlib.util
 import inspect
 import logging
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -303,12 +304,19 @@ def _rewrap_descriptor(raw: Any, replacement: Any) -> Any:
     return replacement
 
 
+def _may_run(path: str) -> bool:
+    """False for a target in a model's modeling module not imported yet: no model of that type is being exported."""
+    parts = path.split(".")
+    return parts[:2] != ["transformers", "models"] or len(parts) < 5 or ".".join(parts[:4]) in sys.modules
+
+
 @contextlib.contextmanager
 def apply_patches(keys: Keys, report: PatchReport | None = None, kind: str = PATCH) -> Iterator[PatchReport]:
     """Install the patches (or lowering swaps) of ``keys``, key by key; restore the originals on exit, in reverse.
 
     A later key's patch of a path wraps an earlier key's. A key already installed by an enclosing call (a nested
-    export) is not installed twice.
+    export) is not installed twice. A target in a modeling module nothing imported yet is left alone: importing
+    every patched model's module would cost each export about a second.
     """
     report = report if report is not None else PatchReport()
     active: set[tuple[str, str]] = _active.__dict__.setdefault("keys", set())
@@ -318,7 +326,7 @@ def apply_patches(keys: Keys, report: PatchReport | None = None, kind: str = PAT
     active.update((key, kind) for key in mine)
     try:
         for workaround in registered(mine, kind):
-            for path in workaround.targets:
+            for path in filter(_may_run, workaround.targets):
                 try:
                     owner, name = resolve_path(path)
                 except UnresolvedPathError as error:

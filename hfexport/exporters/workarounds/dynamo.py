@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from transformers import AttentionInterface
 
 from ..registry import register_patch, register_static_dims
 
@@ -219,6 +220,86 @@ def _patch_swin2sr_pad_to_window_multiple(original: Callable) -> Callable:
 def _to_multiple(size: Any, multiple: int) -> Any:
     """``size`` rounded up to a multiple of ``multiple``, written so that a symbolic size is visibly one."""
     return (size + multiple - 1) // multiple * multiple
+
+
+# Attentions over packed sequences (one flat row per patch or frame of every image or clip, boundaries in cu_seqlens),
+# as "<model_type>.<class>": transformers 5.22-5.24's vision towers and Qwen-Omni/ASR audio encoders.
+_PACKED_ATTENTIONS = (
+    "cohere_compass.CohereCompassVisionAttention",
+    "cosmos3_edge.Cosmos3EdgeVisionAttention",
+    "dots3_note.Dots3NoteVisionAttention",
+    "ernie4_5_vl_moe.Ernie4_5_VLMoeVisionAttention",
+    "exaone4_5.Exaone4_5_VisionAttention",
+    "glm4v.Glm4vVisionAttention",
+    "glm4v_moe.Glm4vMoeVisionAttention",
+    "glm5_next.Glm5NextVisionAttention",
+    "glm_image.GlmImageVisionAttention",
+    "glm_ocr.GlmOcrVisionAttention",
+    "hunyuan_vl.HunYuanVLVisionAttention",
+    "inkling2.Inkling2VisionAttention",
+    "kimi_k25.Kimi_K25VisionAttention",
+    "lfm3_vl.Lfm3VlVisionAttention",
+    "minicpm_ocr.MiniCPMOcrVisionAttention",
+    "minicpmv4_6.MiniCPMV4_6VisionAttention",
+    "minicpmv4_7.MiniCPMV4_7VisionAttention",
+    "minimax_m3_vl.MiniMaxM3VLVisionAttention",
+    "muse_glimmer.MuseGlimmerVisionAttention",
+    "muse_spark.MuseSparkVisionAttention",
+    "paddleocr_vl.PaddleOCRVisionAttention",
+    "qwen2_5_omni.Qwen2_5OmniAudioAttention",
+    "qwen2_5_omni.Qwen2_5OmniVisionAttention",
+    "qwen2_5_vl.Qwen2_5_VLVisionAttention",
+    "qwen2_vl.VisionAttention",
+    "qwen3_5.Qwen3_5VisionAttention",
+    "qwen3_5_moe.Qwen3_5MoeVisionAttention",
+    "qwen3_asr.Qwen3ASRAudioAttention",
+    "qwen3_omni_moe.Qwen3OmniMoeAudioAttention",
+    "qwen3_omni_moe.Qwen3OmniMoeVisionAttention",
+    "qwen3_vl.Qwen3VLVisionAttention",
+    "qwen3_vl_moe.Qwen3VLMoeVisionAttention",
+    "qwen4_exp.Qwen4ExpVisionAttention",
+    "radio.RadioAttention",
+    "video_llama_3.VideoLlama3VisionAttention",
+)
+_PACKED_SDPA = "hfexport_flash_varlen_as_masked_sdpa"  # "flash" in the name selects the cu_seqlens branch
+
+
+@register_patch(
+    "dynamo", *(f"transformers.models.{path.partition('.')[0]}.modeling_{path}.forward" for path in _PACKED_ATTENTIONS)
+)
+def _patch_packed_attention_as_masked_sdpa(original: Callable) -> Callable:
+    # Qwen-VL-style towers: outside flash attention each packed sequence is attended on its own, split by
+    # `lengths.tolist()` ("Could not guard on data-dependent expression u0 > 1", sdpa_attention.py); the flash branch
+    # hands cu_seqlens to the attention function instead, run here as one SDPA masked to each sequence's own rows.
+    AttentionInterface.register(_PACKED_SDPA, _packed_sdpa)  # a name nothing selects outside this patch
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        saved = self.config._attn_implementation_internal
+        self.config._attn_implementation_internal = _PACKED_SDPA
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            self.config._attn_implementation_internal = saved
+
+    return forward
+
+
+def _packed_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """SDPA over (1, heads, rows, dim) packed rows, each row attending only to the rows of its own sequence."""
+    for varlen_only in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
+        kwargs.pop(varlen_only, None)
+    rows = torch.arange(query.shape[2], device=query.device)
+    sequence = (rows[:, None] >= cu_seq_lens_q[None, 1:]).sum(-1)  # which packed sequence each row belongs to
+    mask = (sequence[:, None] == sequence[None, :])[None, None]
+    return AttentionInterface()["sdpa"](module, query, key, value, attention_mask=mask, **kwargs)
 
 
 # ── Static dims (stage 4) ──

@@ -5,7 +5,7 @@ registered with ``@builds(stage, when=...)``: ``when`` is a predicate on the req
 forward parameters, the inputs built so far), the function returns the inputs it adds, and its name, less the
 leading underscore, is the kind it is registered under. ``sample_inputs`` walks the stages in the order of ``Stage``
 and, within a stage, the builders in the order they are registered (the order of their module: ``main`` holds the
-first two stages, ``required`` the third, ``finish`` the last two):
+first two stages, ``required`` the third, ``finish`` the next two, ``precomputed`` the last):
 
 1. ``TEXT``: token ids, for every model whose main input is text or that reads text beside it.
 2. ``MAIN``: the main non-text input; only the first builder that applies runs.
@@ -13,6 +13,8 @@ first two stages, ``required`` the third, ``finish`` the last two):
    ``tables.NEEDED_INPUTS`` where the forward fails without an argument its signature leaves optional).
 4. ``AUXILIARY``: side inputs a model would otherwise draw at random or take from another model.
 5. ``FINISH``: what reads the final token ids (rows ending with eos, the attention mask), then decoder ids.
+6. ``PRECOMPUTED``: what the model would derive from the values of its inputs (a packed tower's sequence layout),
+   recorded from one eager run and passed precomputed, as transformers' ``vision_utils`` lets export callers do.
 
 Every random input is drawn from one generator seeded by ``seed``, in walk order: a new builder goes where its inputs
 belong in that order, and moving one changes the values of every input drawn after it.
@@ -28,7 +30,7 @@ from transformers import PreTrainedModel
 from ..tables import NEEDED_INPUTS
 
 # Importing the builder modules registers their builders.
-from . import finish, main, required  # noqa: F401
+from . import finish, main, precomputed, required  # noqa: F401
 from .registry import BUILDERS, Request, Stage
 
 

@@ -18,6 +18,7 @@ class Stage(enum.Enum):
     REQUIRED = enum.auto()
     AUXILIARY = enum.auto()
     FINISH = enum.auto()
+    PRECOMPUTED = enum.auto()
 
 
 @dataclass(frozen=True)
