@@ -147,7 +147,7 @@ def test_modalities() -> None:
         # ViLT embeds text and image patches together without a vision sub-config.
         ("ViltModel", {"input_ids": (2, 7), "pixel_values": (2, 3, 32, 32), "attention_mask": (2, 7)}),
         # Chunked speech encoder: (batch, mel bins, two windows of 2 * n_window frames) and a mask over the frames.
-        ("Qwen3ASREncoder", {"input_features": (2, 16, 200), "input_features_mask": (2, 200)}),
+        ("Qwen3ASREncoder", {"input_features": (2, 16, 200), "input_features_mask": (2, 200), "cu_seqlens": (3,)}),
         # Audio codec decoder on its own: the encoder's (batch, channels, frames) latents.
         ("MimiDecoderModel", {"latents": (2, 32, 14)}),
         # A codec without a codebook size in its config still takes (batch, channels, samples) audio.
@@ -253,6 +253,8 @@ def test_modalities() -> None:
                 "interp_weights": (8, 16),
                 "position_ids": (8, 2),
                 "cu_seqlens": (3,),
+                "frame_index": (8,),
+                "temporal_merge_index": (2, 1, 4),
             },
         ),
         (
@@ -266,6 +268,7 @@ def test_modalities() -> None:
                 "interp_indices": (8, 4),
                 "interp_weights": (8, 4),
                 "position_ids": (8, 2),
+                "pixel_shuffle_index": (8,),
             },
         ),
         # Mel bins first for conv front ends with rotary positions; four frames stacked per projected frame; features

@@ -2,8 +2,9 @@
 
 Packed vision towers (Qwen-VL style) derive their sequence layout from the values of ``grid_thw``: cumulative
 sequence lengths, rotary position ids, interpolation taps, window order. Computed inside the forward those are
-data-dependent sizes that torch.export cannot trace; transformers' ``vision_utils`` helpers therefore pop them from
-the forward's kwargs when a caller passes them precomputed. This stage runs the model once with those helpers
+data-dependent sizes that torch.export cannot trace; transformers' ``vision_utils`` helpers (and a model's own, such
+as Kimi-K2.5's frame index or Qwen-Omni's audio chunks) therefore pop them from the forward's kwargs when a caller
+passes them precomputed. This stage runs the model once with those helpers
 recording what they return, and passes that as inputs: the export then reads them as tensors, and every shape the
 gate runs at (the second one too) gets its own.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import re
 import sys
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -21,34 +24,44 @@ import torch
 
 from .registry import Request, Stage, builds
 
-# Each helper of transformers.vision_utils -> the kwargs it pops when given them, in the order it returns them.
-POPPED_BY_HELPER = {
-    "get_vision_cu_seqlens": ("cu_seqlens",),
-    "get_vision_position_ids": ("position_ids",),
-    "get_vision_nearest_position_ids": ("position_ids",),
-    "get_vision_window_index": ("window_index", "cu_window_seqlens"),
-    "get_vision_interpolation_indices_and_weights": ("interp_indices", "interp_weights"),
-    "get_vision_bilinear_indices_and_weights": ("bilinear_indices", "bilinear_weights"),
-}
+_POP = re.compile(r"""kwargs\.pop\(\s*["'](\w+)["']""")
+
+
+@functools.cache
+def popped_kwargs(helper: Callable) -> tuple[str, ...]:
+    """The kwargs a helper pops when given them precomputed (``kwargs.pop("name", None)``), in the order it pops,
+    which is the order it returns them in; empty for a function that takes no ``kwargs`` dict."""
+    try:
+        parameter = inspect.signature(helper).parameters.get("kwargs")
+        source = inspect.getsource(helper)
+    except (OSError, TypeError, ValueError):
+        return ()
+    if parameter is None or parameter.kind is parameter.VAR_KEYWORD:
+        return ()
+    return tuple(dict.fromkeys(_POP.findall(source)))
+
+
+def _helpers(module: ModuleType) -> dict[str, Callable]:
+    """The module's globals that are precomputable helpers (``vision_utils``' or the model's own)."""
+    return {name: f for name, f in vars(module).items() if inspect.isfunction(f) and popped_kwargs(f)}
 
 
 def _helper_modules(model: torch.nn.Module) -> list[ModuleType]:
-    """The modeling modules of ``model``'s layers that call a vision_utils helper, and vision_utils itself."""
-    helpers = sys.modules.get("transformers.vision_utils")
-    if helpers is None:  # a release before vision_utils
-        return []
+    """The modeling modules of ``model``'s layers that hold such a helper, and vision_utils (its helpers nest)."""
     names = {type(layer).__module__ for layer in model.modules()}
-    modules = [sys.modules[name] for name in sorted(names) if name in sys.modules]
-    calling = [m for m in modules if any(vars(m).get(h) is getattr(helpers, h, None) for h in POPPED_BY_HELPER)]
-    return [*calling, helpers] if calling else []
+    calling = [sys.modules[name] for name in sorted(names) if name in sys.modules and _helpers(sys.modules[name])]
+    helpers = sys.modules.get("transformers.vision_utils")  # absent from releases before it
+    return [*calling, helpers] if calling and helpers is not None else calling
 
 
-def _recording(helper: Callable, popped: tuple[str, ...], recorded: dict[str, torch.Tensor]) -> Callable:
+def _recording(helper: Callable, recorded: dict[str, torch.Tensor]) -> Callable:
+    signature, popped = inspect.signature(helper), popped_kwargs(helper)
+
     @functools.wraps(helper)
     def record(*args: Any, **kwargs: Any) -> Any:
         result = helper(*args, **kwargs)
-        if kwargs.get("kwargs") is None:  # a call that would not take the value precomputed
-            return result
+        if signature.bind_partial(*args, **kwargs).arguments.get("kwargs") is None:
+            return result  # a call that would not take the values precomputed
         for name, value in zip(popped, result if isinstance(result, tuple) else (result,), strict=False):
             if isinstance(value, torch.Tensor):
                 recorded.setdefault(name, value)  # the first call pops the kwarg: later ones compute their own
@@ -59,9 +72,9 @@ def _recording(helper: Callable, popped: tuple[str, ...], recorded: dict[str, to
 
 @contextlib.contextmanager
 def _helpers_recorded(modules: list[ModuleType], recorded: dict[str, torch.Tensor]) -> Iterator[None]:
-    saved = [(m, name, helper) for m in modules for name, helper in vars(m).items() if name in POPPED_BY_HELPER]
+    saved = [(module, name, helper) for module in modules for name, helper in _helpers(module).items()]
     for module, name, helper in saved:
-        setattr(module, name, _recording(helper, POPPED_BY_HELPER[name], recorded))
+        setattr(module, name, _recording(helper, recorded))
     try:
         yield
     finally:
