@@ -15,7 +15,17 @@ _TENSOR_SIZED_CHUNKS = (
     "sizes (size // window) in LongformerSelfAttention._chunk and _sliding_chunks_*"
 )
 
+# Cosmos3-Edge's tower resizes its position table per image to sizes read from grid_thw's values (F.interpolate with
+# size=(height, width) in Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings, modeling_cosmos3_edge.py:378):
+# the output size is data-dependent (GuardOnDataDependentSymNode on every backend).
+_SIZE_FROM_GRID_VALUES = (
+    "the position table is resized per image to sizes read from grid_thw: precompute the resized table, or its "
+    "interpolation taps, through a helper that pops it from kwargs (as vision_utils' "
+    "get_vision_interpolation_indices_and_weights does)"
+)
+
 EXPORT_SKIPS: dict[str, str] = {
+    "Cosmos3EdgeVisionModel": _SIZE_FROM_GRID_VALUES,
     "LongformerModel": _TENSOR_SIZED_CHUNKS,
     "LongformerForMaskedLM": _TENSOR_SIZED_CHUNKS,
     "LEDModel": _TENSOR_SIZED_CHUNKS,

@@ -290,16 +290,22 @@ def _packed_sdpa(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
+    scaling: float | None = None,
     cu_seq_lens_q: torch.Tensor | None = None,
-    **kwargs: Any,
+    **_varlen: Any,
 ) -> tuple[torch.Tensor, None]:
-    """SDPA over (1, heads, rows, dim) packed rows, each row attending only to the rows of its own sequence."""
-    for varlen_only in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
-        kwargs.pop(varlen_only, None)
+    """SDPA over (1, heads, rows, dim) packed rows, each row attending only to the rows of its own sequence.
+
+    torch's SDPA, not transformers' wrapper: that one branches on the query length (``q_length > 1``), which is
+    data-dependent where a tower's row count comes from its inputs' values (Qwen3-ASR's chunked audio).
+    """
     rows = torch.arange(query.shape[2], device=query.device)
     sequence = (rows[:, None] >= cu_seq_lens_q[None, 1:]).sum(-1)  # which packed sequence each row belongs to
     mask = (sequence[:, None] == sequence[None, :])[None, None]
-    return AttentionInterface()["sdpa"](module, query, key, value, attention_mask=mask, **kwargs)
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
+    )
+    return output.transpose(1, 2).contiguous(), None
 
 
 # ── Static dims (stage 4) ──
