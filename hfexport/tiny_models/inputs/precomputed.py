@@ -33,10 +33,10 @@ def popped_kwargs(helper: Callable) -> tuple[str, ...]:
     which is the order it returns them in; empty for a function that takes no ``kwargs`` dict."""
     try:
         parameter = inspect.signature(helper).parameters.get("kwargs")
+        if parameter is None or parameter.kind is parameter.VAR_KEYWORD:
+            return ()
         source = inspect.getsource(helper)
     except (OSError, TypeError, ValueError):
-        return ()
-    if parameter is None or parameter.kind is parameter.VAR_KEYWORD:
         return ()
     return tuple(dict.fromkeys(_POP.findall(source)))
 
