@@ -236,6 +236,19 @@ def test_packed_attention_keeps_each_image_to_its_own_rows() -> None:
     assert _max_diff(exported(**inputs), expected) < 1e-4
 
 
+def test_packed_attention_patch_leaves_unpacked_batches_as_they_were() -> None:
+    # Radio's attention is patched for its packed calls; a batch without cu_seqlens is attended as before.
+    model = tiny_model("RadioModel")
+    inputs = sample_inputs(model)
+    exported = _export(model, inputs, "dynamo")
+    assert "_patch_packed_attention_as_masked_sdpa" in {
+        record["name"] for record in exported.components["model"]["workarounds"]["patches"]
+    }
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert _max_diff(exported(**inputs), expected) < 1e-4
+
+
 @pytest.mark.parametrize("model_class", ["DeepseekV2ForCausalLM", "Llama4ForCausalLM", "Gemma3nForCausalLM"])
 def test_dynamo_keeps_complex_rotary_and_erfinv(tmp_path, model_class: str) -> None:
     # The rotary and gaussian patches are ONNX's and ExecuTorch's (workarounds/lowered.py): torch.export traces and

@@ -297,8 +297,11 @@ def _packed_sdpa(
     """SDPA over (1, heads, rows, dim) packed rows, each row attending only to the rows of its own sequence.
 
     torch's SDPA, not transformers' wrapper: that one branches on the query length (``q_length > 1``), which is
-    data-dependent where a tower's row count comes from its inputs' values (Qwen3-ASR's chunked audio).
+    data-dependent where a tower's row count comes from its inputs' values (Qwen3-ASR's chunked audio). A call
+    without cu_seqlens (Radio's unpacked batches) is plain SDPA, as without the patch.
     """
+    if cu_seq_lens_q is None:
+        return AttentionInterface()["sdpa"](module, query, key, value, attention_mask, scaling=scaling, **_varlen)
     rows = torch.arange(query.shape[2], device=query.device)
     sequence = (rows[:, None] >= cu_seq_lens_q[None, 1:]).sum(-1)  # which packed sequence each row belongs to
     mask = (sequence[:, None] == sequence[None, :])[None, None]
