@@ -40,6 +40,12 @@ def _max_diff(actual, expected) -> float:
     return max(float((a - e).abs().max()) for a, e in pairs)
 
 
+def _assert_matches_eager(model: torch.nn.Module, exported, inputs: dict) -> None:
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert _max_diff(exported(**inputs), expected) < 1e-4
+
+
 def _without(monkeypatch: pytest.MonkeyPatch, key: str, name: str) -> None:
     """Take the workaround ``name`` out of the registry's ``key`` for the rest of the test."""
     kept = [w for w in registry._REGISTRY[key] if w.name != name]
@@ -216,9 +222,7 @@ def test_workaround_is_needed(
         with pytest.raises(ExportStageError, match=error):
             _export(model, inputs, backend)
     exported = _export(model, inputs, backend)
-    with torch.no_grad():
-        expected = model(**inputs)
-    assert _max_diff(exported(**inputs), expected) < 1e-4
+    _assert_matches_eager(model, exported, inputs)
 
 
 def test_packed_attention_keeps_each_image_to_its_own_rows() -> None:
@@ -231,9 +235,7 @@ def test_packed_attention_keeps_each_image_to_its_own_rows() -> None:
     patches = torch.randn(int(grid_thw.prod(-1).sum()), traced["hidden_states"].shape[1])
     inputs = {"hidden_states": patches, "grid_thw": grid_thw}
     inputs |= recorded_layout(model, inputs)
-    with torch.no_grad():
-        expected = model(**inputs)
-    assert _max_diff(exported(**inputs), expected) < 1e-4
+    _assert_matches_eager(model, exported, inputs)
 
 
 def test_packed_attention_patch_leaves_unpacked_batches_as_they_were() -> None:
@@ -244,9 +246,7 @@ def test_packed_attention_patch_leaves_unpacked_batches_as_they_were() -> None:
     assert "_patch_packed_attention_as_masked_sdpa" in {
         record["name"] for record in exported.components["model"]["workarounds"]["patches"]
     }
-    with torch.no_grad():
-        expected = model(**inputs)
-    assert _max_diff(exported(**inputs), expected) < 1e-4
+    _assert_matches_eager(model, exported, inputs)
 
 
 @pytest.mark.parametrize("model_class", ["DeepseekV2ForCausalLM", "Llama4ForCausalLM", "Gemma3nForCausalLM"])
