@@ -3,10 +3,10 @@
 Packed vision towers (Qwen-VL style) derive their sequence layout from the values of ``grid_thw``: cumulative
 sequence lengths, rotary position ids, interpolation taps, window order. Computed inside the forward those are
 data-dependent sizes that torch.export cannot trace; transformers' ``vision_utils`` helpers (and a model's own, such
-as Kimi-K2.5's frame index or Qwen-Omni's audio chunks) therefore pop them from the forward's kwargs when a caller
-passes them precomputed. This stage runs the model once with those helpers
-recording what they return, and passes that as inputs: the export then reads them as tensors, and every shape the
-gate runs at (the second one too) gets its own.
+as Kimi-K2.5's frame index or Muse's pixel-shuffle index) therefore pop them from the forward's kwargs when a caller
+passes them precomputed. This stage runs the model once with those helpers recording what they return, and passes
+that as inputs: the export then reads them as tensors, and every shape the gate runs at (the second one too) gets
+its own.
 """
 
 from __future__ import annotations
