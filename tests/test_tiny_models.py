@@ -519,6 +519,16 @@ def test_packed_towers_get_the_layout_their_helpers_compute() -> None:
         assert torch.equal(model(**inputs).last_hidden_state, computed.last_hidden_state)
 
 
+def test_a_failure_of_the_layout_recording_is_raised_not_taken_for_the_models(monkeypatch) -> None:
+    # The recording is hfexport's code: its own error must not pass for a model whose forward fails (inputs left out).
+    from hfexport.tiny_models.inputs import precomputed
+
+    model = tiny_model("Qwen3VLVisionModel")
+    monkeypatch.setattr(precomputed, "popped_kwargs", lambda helper: 1)  # truthy, and no names to zip with
+    with pytest.raises(TypeError):
+        sample_inputs(model)
+
+
 def test_overrides_apply_on_top_of_the_tiny_config() -> None:
     config = tiny_config("llama", overrides={"num_hidden_layers": 3, "tie_word_embeddings": True})
     assert (config.num_hidden_layers, config.tie_word_embeddings) == (3, True)

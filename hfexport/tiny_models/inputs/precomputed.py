@@ -54,27 +54,32 @@ def _helper_modules(model: torch.nn.Module) -> list[ModuleType]:
     return [*calling, helpers] if calling and helpers is not None else calling
 
 
-def _recording(helper: Callable, recorded: dict[str, torch.Tensor]) -> Callable:
+def _recording(helper: Callable, recorded: dict[str, torch.Tensor], own_errors: list[Exception]) -> Callable:
     signature, popped = inspect.signature(helper), popped_kwargs(helper)
 
     @functools.wraps(helper)
     def record(*args: Any, **kwargs: Any) -> Any:
         result = helper(*args, **kwargs)
-        if signature.bind_partial(*args, **kwargs).arguments.get("kwargs") is None:
-            return result  # a call that would not take the values precomputed
-        for name, value in zip(popped, result if isinstance(result, tuple) else (result,), strict=False):
-            if isinstance(value, torch.Tensor):
-                recorded.setdefault(name, value)  # the first call pops the kwarg: later ones compute their own
+        try:
+            if signature.bind_partial(*args, **kwargs).arguments.get("kwargs") is None:
+                return result  # a call that would not take the values precomputed
+            for name, value in zip(popped, result if isinstance(result, tuple) else (result,), strict=False):
+                if isinstance(value, torch.Tensor):
+                    recorded.setdefault(name, value)  # the first call pops the kwarg: later ones compute their own
+        except Exception as error:  # hfexport's own bookkeeping: raised after the run, never taken for the model's
+            own_errors.append(error)
         return result
 
     return record
 
 
 @contextlib.contextmanager
-def _helpers_recorded(modules: list[ModuleType], recorded: dict[str, torch.Tensor]) -> Iterator[None]:
+def _helpers_recorded(
+    modules: list[ModuleType], recorded: dict[str, torch.Tensor], own_errors: list[Exception]
+) -> Iterator[None]:
     saved = [(module, name, helper) for module in modules for name, helper in _helpers(module).items()]
     for module, name, helper in saved:
-        setattr(module, name, _recording(helper, recorded))
+        setattr(module, name, _recording(helper, recorded, own_errors))
     try:
         yield
     finally:
@@ -83,16 +88,20 @@ def _helpers_recorded(modules: list[ModuleType], recorded: dict[str, torch.Tenso
 
 
 def recorded_layout(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """What the vision_utils helpers return while ``model`` runs on ``inputs``, by the kwarg each would pop.
+    """What the precomputable helpers return while ``model`` runs on ``inputs``, by the kwarg each would pop.
 
-    Empty when the forward fails: the eager reference runs the same inputs and reports that failure.
+    Empty when the model's forward fails: the eager reference runs the same inputs and reports that failure. A
+    failure of the recording itself is raised: it is hfexport's, not the model's.
     """
     recorded: dict[str, torch.Tensor] = {}
-    with _helpers_recorded(_helper_modules(model), recorded), torch.no_grad():
+    own_errors: list[Exception] = []
+    with _helpers_recorded(_helper_modules(model), recorded, own_errors), torch.no_grad():
         try:
             model(**inputs)
         except Exception:
-            return {}
+            recorded.clear()
+    if own_errors:
+        raise own_errors[0]
     return {name: value for name, value in recorded.items() if name not in inputs}
 
 
