@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from checkout_fixture import LLAMA, ONNX_BREAKAGE, commit, git, llama_source, make_checkout
 from click.testing import CliRunner
 
@@ -320,8 +321,6 @@ def test_cli_runs_without_importing_torch() -> None:
 
 def test_compare_lines_up_numbers_with_runtime_tensors() -> None:
     # maskformer-swin returns spatial sizes as ints; onnxruntime returns every output as a tensor.
-    import torch
-
     hidden = torch.ones(2, 3)
     eager = {"last_hidden_state": hidden, "sizes": ((8, 8), (4, 4))}
     runtime = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(8)), (4, 4))}
@@ -331,8 +330,6 @@ def test_compare_lines_up_numbers_with_runtime_tensors() -> None:
 
 
 def test_compare_passes_nan_and_inf_only_where_eager_has_the_same() -> None:
-    import torch
-
     nan, inf = float("nan"), float("inf")
     eager = {"logits": torch.tensor([1.0, nan, inf, -inf])}
     same = {"logits": torch.tensor([1.0 + 1e-6, nan, inf, -inf])}
@@ -396,3 +393,20 @@ def test_a_class_no_auto_mapping_lists_is_built_from_its_own_config_class():
         job = {"model_type": model_type, "model_class": model_class, "module": module, "backend": "dynamo"}
         cell = checks.run_cell({**job, "generation": False}, None)
         assert cell["status"] == "pass", (model_class, cell["stage"], cell["error"])
+
+
+def test_executorch_cells_plan_memory_for_the_shapes_the_gate_runs() -> None:
+    # The default bound (256) planned ~0.9 GiB for a tiny decoder, allocated at every load of the program.
+    from hfexport import tiny_models
+
+    model = tiny_models.tiny_model("LlamaModel", seed=0)
+    inputs = tiny_models.sample_inputs(model)
+    export, _, _ = checks.engine("hfexport")
+    exported = export(model, inputs, "executorch", False)
+    (component,) = exported.components.values()
+    bounds = [upper for dims in component["dynamic_dims"].values() for _, upper in dims.values()]
+    assert bounds and set(bounds) == {16}, component["dynamic_dims"]  # batch 2 and length 7 traced: 16 admits 3 and 11
+    assert component["planned_memory_bytes"] < 2**20
+    second = tiny_models.sample_inputs(model, seed=1, **checks.SECOND_SHAPE)
+    with torch.no_grad():
+        assert checks.compare(model(**second), exported(**second), checks.TOLERANCES["executorch"])[2] is None
