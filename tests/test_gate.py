@@ -59,6 +59,16 @@ def test_shared_code_selects_representative_set(repo: Path) -> None:
     assert "cache_utils.py" in selection.reason
 
 
+def test_a_release_sized_diff_names_a_few_model_types_in_its_reason(repo: Path) -> None:
+    types = [f"model{index:02d}" for index in range(12)] + ["llama"]
+    files = [f"src/transformers/models/{t}/modeling_{t}.py" for t in types]
+    selection = changes.select_from_files(files, repo, "files")
+    named = changes.REASONS_NAMED
+    assert selection.reason.count(" changed") == named
+    assert selection.reason.endswith(f"and {13 - named} more model types")
+    assert selection.model_types == ["llama"]  # every changed type still selects its classes (here, the one it has)
+
+
 def test_abstract_bases_and_helpers_are_not_candidates(repo: Path) -> None:
     names = [name for name, _ in changes.model_classes_in_file(repo / LLAMA, repo)]
     assert names == LLAMA_CLASSES  # LlamaPreTrainedModel (no forward) and nn.Modules are left out

@@ -30,6 +30,8 @@ SHARED_CODE = re.compile(
 )
 # One class per kind of architecture the exporters treat differently: decoder LM, encoder, seq2seq, vision.
 REPRESENTATIVE_NAMES = tuple(class_name for _, class_name in GATE_CLASSES)
+# The selection's reason names the changed files of this many model types; the report's model_types has every one.
+REASONS_NAMED = 8
 
 
 class SelectionError(ValueError):
@@ -289,6 +291,8 @@ def select_from_files(files: list[str], root: Path | None, mode: str) -> Selecti
     for model_type, names in sorted(model_types.items()):
         classes += classes_of_type(model_type, root)
         reasons.append(f"{', '.join(sorted(set(names)))} changed")
+    if len(reasons) > REASONS_NAMED:  # a release diff touches ~500 model types: the report lists them all
+        reasons[REASONS_NAMED:] = [f"and {len(reasons) - REASONS_NAMED} more model types"]
     selection = Selection(mode=mode, classes=classes, reason="; ".join(reasons))
     if shared:
         known = {c.model_class for c in classes}
