@@ -14,6 +14,10 @@ cache. Then, with the same base:
 Prints each run's wall seconds and how many cells ran or came from the cache, then the profile of the fresh run: per
 backend, the seconds each step took summed over its cells (build, eager, export and its own steps, save, load, run,
 compare, second shape, generation).
+
+``--diff 5.22.0..5.23.0 --shard 1/64``: a whole release diff instead (the second release's files committed on top of
+the first), one shard of it, with an empty result cache; prints the shard's wall seconds, its cells, the profile, and
+what one shard of a ``--matrix``-shard split would take at the same pace.
 """
 
 from __future__ import annotations
@@ -34,10 +38,10 @@ import compat_check
 
 
 def run_gate(
-    checkout: Path, base: str, cache: Path, report_dir: Path, jobs: int, backends: str
+    checkout: Path, base: str, cache: Path, report_dir: Path, jobs: int, backends: str, shard: str = "1/1"
 ) -> tuple[float, dict[str, Any]]:
     command = [sys.executable, "-m", "hfexport.cli", "check", "--base", base, "-j", str(jobs), "--backends", backends]
-    command += ["--cache-dir", str(cache), "--report-dir", str(report_dir)]
+    command += ["--shard", shard, "--cache-dir", str(cache), "--report-dir", str(report_dir)]
     started = time.perf_counter()
     result = subprocess.run(command, cwd=checkout, capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -60,39 +64,55 @@ def profile(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def release_diff(args: argparse.Namespace, root: Path) -> None:
+    """One shard of the diff between two releases, timed, and the pace of a ``--matrix`` split."""
+    first, _, second = args.diff.partition("..")
+    checkout = compat_check.make_checkout(first, root / "transformers", args.wheel_dir)
+    base = compat_check.git(checkout, "rev-parse", "HEAD")
+    compat_check.overlay_release(checkout, second, args.wheel_dir)
+    seconds, report = run_gate(checkout, base, root / "cache", root / "report", args.jobs, args.backends, args.shard)
+    index, count = (int(part) for part in args.shard.split("/"))
+    print(f"transformers {first} -> {second}, shard {index}/{count}: {len(report['cells'])} cells in {seconds:.1f} s")
+    print(f"at that pace one of {args.matrix} shards takes {seconds * count / args.matrix / 60:.1f} min")
+    print("profile (seconds summed over cells):")
+    print("\n".join(profile(report)))
+
+
+def pull_request(args: argparse.Namespace, root: Path) -> None:
+    checkout = compat_check.make_checkout(args.version, root / "transformers", args.wheel_dir)
+    base = compat_check.git(checkout, "rev-parse", "HEAD")  # the pull request's base: the release
+    compat_check.touch_model(checkout, args.model)
+    runs = []
+    for name in ("fresh", "again", "partial"):
+        if name == "partial":
+            with (checkout / args.partial).open("a") as touched:
+                touched.write("# bench_pr: touched\n")
+            compat_check.git(checkout, "commit", "-qam", "touch a file some classes import")
+        seconds, report = run_gate(checkout, base, root / "cache", root / name, args.jobs, args.backends)
+        cached = sum(bool(c.get("cached")) for c in report["cells"])
+        runs.append((name, seconds, len(report["cells"]) - cached, cached, report))
+        print(f"{name:<8} {seconds:7.1f} s  {len(report['cells']) - cached:3d} cells ran, {cached:3d} from the cache")
+    fresh = runs[0][4]
+    classes = sorted({c["model_class"] for c in fresh["cells"]})
+    print(f"\n{args.model} on transformers {args.version}: {len(classes)} classes x {len(fresh['backends'])} backends")
+    print("profile of the fresh run (seconds summed over cells):")
+    print("\n".join(profile(fresh)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", default=compat_check.pinned_version())
     parser.add_argument("--model", default="gemma3", help="the model type the pull request touches")
     parser.add_argument("--partial", default="src/transformers/models/siglip/modeling_siglip.py")
+    parser.add_argument("--diff", metavar="FROM..TO", help="a release diff instead of a one-model pull request")
+    parser.add_argument("--shard", default="1/64", help="with --diff: the shard K/N to run")
+    parser.add_argument("--matrix", type=int, default=16, help="with --diff: the matrix size to project onto")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--backends", default="dynamo,onnx,executorch")
     parser.add_argument("--wheel-dir", type=Path, default=compat_check.DEFAULT_WHEEL_DIR)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hfexport-bench-pr-") as scratch:
-        root = Path(scratch)
-        checkout = compat_check.make_checkout(args.version, root / "transformers", args.wheel_dir)
-        base = compat_check.git(checkout, "rev-parse", "HEAD")  # the pull request's base: the release
-        compat_check.touch_model(checkout, args.model)
-        runs = []
-        for name in ("fresh", "again", "partial"):
-            if name == "partial":
-                with (checkout / args.partial).open("a") as touched:
-                    touched.write("# bench_pr: touched\n")
-                compat_check.git(checkout, "commit", "-qam", "touch a file some classes import")
-            seconds, report = run_gate(checkout, base, root / "cache", root / name, args.jobs, args.backends)
-            cached = sum(bool(c.get("cached")) for c in report["cells"])
-            runs.append((name, seconds, len(report["cells"]) - cached, cached, report))
-            print(
-                f"{name:<8} {seconds:7.1f} s  {len(report['cells']) - cached:3d} cells ran, {cached:3d} from the cache"
-            )
-        fresh = runs[0][4]
-        classes = sorted({c["model_class"] for c in fresh["cells"]})
-        print(
-            f"\n{args.model} on transformers {args.version}: {len(classes)} classes x {len(fresh['backends'])} backends"
-        )
-        print("profile of the fresh run (seconds summed over cells):")
-        print("\n".join(profile(fresh)))
+        (release_diff if args.diff else pull_request)(args, Path(scratch))
 
 
 if __name__ == "__main__":

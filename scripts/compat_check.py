@@ -118,18 +118,28 @@ def git(repo: Path, *args: str) -> str:
 
 def make_checkout(version: str, dest: Path, wheel_dir: Path) -> Path:
     """A git repository at ``dest`` holding the wheel's ``transformers/`` as ``src/transformers/``, committed once."""
-    wheel = wheel_for(version, wheel_dir)
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest} is not empty")
-    with zipfile.ZipFile(wheel) as archive:
-        members = [name for name in archive.namelist() if name.startswith("transformers/")]
-        archive.extractall(dest / "src", members)
+    _unpack(version, wheel_dir, dest / "src")
     # The jobs import the checkout, leaving bytecode behind; ignored, it never shows in a diff or a status.
     (dest / ".gitignore").write_text("__pycache__/\n")
     git(dest, "init", "-q", "-b", "main")
     git(dest, "add", "-A")
     git(dest, "commit", "-q", "-m", f"transformers {version}")
     return dest
+
+
+def _unpack(version: str, wheel_dir: Path, src: Path) -> None:
+    with zipfile.ZipFile(wheel_for(version, wheel_dir)) as archive:
+        archive.extractall(src, [name for name in archive.namelist() if name.startswith("transformers/")])
+
+
+def overlay_release(checkout: Path, version: str, wheel_dir: Path) -> None:
+    """Commit another release's ``transformers/`` on top of the checkout: the diff between two releases."""
+    shutil.rmtree(checkout / "src" / "transformers")
+    _unpack(version, wheel_dir, checkout / "src")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-q", "-m", f"transformers {version}")
 
 
 def _modeling_file(model_type: str) -> str:
