@@ -157,6 +157,13 @@ NEEDED = [
         "Could not guard on data-dependent expression",
     ),
     (
+        "Step3p7Model",
+        "dynamo",
+        "dynamo",
+        ("_patch_step3p7_experts_dense",),
+        "Could not guard on data-dependent expression",
+    ),
+    (
         "OpenAIPrivacyFilterModel",
         "dynamo",
         "dynamo",

@@ -102,6 +102,21 @@ def _patch_dbrx_experts_dense(_original: Callable) -> Callable:
     return forward
 
 
+@register_patch("dynamo", "transformers.models.step3p7.modeling_step3p7.Step3p7Experts.forward")
+def _patch_step3p7_experts_dense(_original: Callable) -> Callable:
+    # step3p7: `for expert_idx in hit` loops over the experts the router picked (a data-dependent loop, as dbrx's):
+    # run every expert on every token, weighted by routing; index num_experts picks no expert (a zero output).
+    def forward(
+        self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        gate_up = torch.einsum("th,eoh->eto", hidden_states, self.gate_up_proj)
+        expert_outputs = torch.einsum("eti,ehi->eth", self._apply_gate(gate_up), self.down_proj)
+        no_expert = expert_outputs.new_zeros(1, *expert_outputs.shape[1:])
+        return _weighted_by_routing(torch.cat([expert_outputs, no_expert]), top_k_index, top_k_weights)
+
+    return forward
+
+
 def _weighted_by_routing(
     expert_outputs: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
 ) -> torch.Tensor:
