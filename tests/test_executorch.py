@@ -117,22 +117,27 @@ def test_dynamic_bound_is_lowered_until_planned_memory_fits_the_budget():
     assert metadata["planned_memory_bytes"] > 0.01 * 2**30
 
 
-def test_a_bound_the_traced_graph_shows_too_large_is_traced_again_before_any_lowering(monkeypatch):
-    from hfexport.exporters import exporter_executorch
+def test_a_bound_the_traced_graph_shows_too_large_is_narrowed_before_any_lowering(monkeypatch):
+    from hfexport.exporters import exporter_dynamo, exporter_executorch
 
-    lowerings = []
+    lowerings, traces = [], []
     lower = exporter_executorch.to_edge_transform_and_lower
     monkeypatch.setattr(
         exporter_executorch, "to_edge_transform_and_lower", lambda *a, **k: lowerings.append(1) or lower(*a, **k)
     )
+    trace = exporter_dynamo.torch.export.export
+    monkeypatch.setattr(exporter_dynamo.torch.export, "export", lambda *a, **k: traces.append(1) or trace(*a, **k))
     module, traced = ScaledSoftmax(), torch.randn(2, 5, 6)
     config = ExecutorchConfig(dynamic=True, planned_memory_budget_gib=0.01)
-    _, foreseen = ExecutorchExporter().export_program(module, {"x": traced}, config)
-    assert len(lowerings) == 1 and foreseen["dynamic_dims"]["x"]["0"] == [2, 64]
-    # Without foresight the same bound is reached by lowering twice (the planned memory at 256 is over the budget).
+    program, foreseen = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    # One trace: the program traced up to 256 is narrowed to 64, which it is valid for too.
+    assert (len(traces), len(lowerings)) == (1, 1) and foreseen["dynamic_dims"]["x"]["0"] == [2, 64]
+    fed = torch.randn(64, 3, 64)
+    torch.testing.assert_close(execute(program, fed)[0], module(fed))
+    # Without foresight the same bound is reached by lowering twice, tracing again at 64: the same plan.
     monkeypatch.setattr(exporter_executorch, "_PLANNER_OVERHEAD", 0)
     _, planned = ExecutorchExporter().export_program(module, {"x": traced}, config)
-    assert len(lowerings) == 3 and planned["dynamic_dims"] == foreseen["dynamic_dims"]
+    assert (len(traces), len(lowerings)) == (3, 3) and planned["dynamic_dims"] == foreseen["dynamic_dims"]
     assert planned["planned_memory_bytes"] == foreseen["planned_memory_bytes"]
 
 

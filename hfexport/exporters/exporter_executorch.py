@@ -39,8 +39,9 @@ from executorch.exir import (  # noqa: E402
     to_edge_transform_and_lower,
 )
 from torch.export import ExportedProgram  # noqa: E402
+from torch.utils._sympy.value_ranges import ValueRanges  # noqa: E402
 
-from .exporter_dynamo import DynamoConfig, DynamoExporter  # noqa: E402
+from .exporter_dynamo import DynamoConfig, DynamoExporter, dynamic_dim_bounds  # noqa: E402
 from .registry import (  # noqa: E402
     LOWERING_SWAP,
     PatchReport,
@@ -89,9 +90,36 @@ _PLANNER_OVERHEAD = 4
 
 def _smaller_bound(bound: int, planned: float, budget: float, verb: str) -> int:
     lower = max(bound // 4, _SMALLEST_AUTOMATIC_BOUND)
-    message = "ExecuTorch: dynamic upper bound %d %s %.1f GiB of memory (budget %.1f GiB); exporting again with %d"
+    message = "ExecuTorch: dynamic upper bound %d %s %.1f GiB of memory (budget %.1f GiB); bounding it by %d"
     logger.warning(message, bound, verb, planned / 2**30, budget, lower)
     return lower
+
+
+def narrow_dynamic_bounds(program: ExportedProgram, metadata: dict[str, Any], bound: int) -> None:
+    """Cap every dynamic input dimension of a traced program at ``max(bound, 2 x its traced size)``, in place.
+
+    A program traced for sizes up to one bound is valid up to a smaller one: narrowing the ranges its symbols take (the
+    shape environment's, which lowering plans memory from, and the program's) replaces a new trace.
+    """
+    user_inputs = set(program.graph_signature.user_inputs)
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
+    uppers: dict[Any, int] = {}
+    shape_env = None
+    for node, traced_shape in zip(placeholders, metadata["input_shapes"], strict=True):
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            continue
+        for size, traced in zip(value.shape, traced_shape, strict=True):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
+                shape_env = size.node.shape_env
+                uppers[size.node.expr] = max(uppers.get(size.node.expr, 0), bound, 2 * traced)
+    for symbol, upper in uppers.items():
+        ranges = shape_env.var_to_range[symbol]
+        narrowed = ValueRanges(ranges.lower, min(ranges.upper, upper))
+        shape_env.var_to_range[symbol] = narrowed
+        if symbol in program.range_constraints:
+            program.range_constraints[symbol] = narrowed
+    metadata["dynamic_dims"] = dynamic_dim_bounds(program, metadata["input_names"])
 
 
 class ExecutorchExporter(DynamoExporter):
@@ -126,15 +154,16 @@ class ExecutorchExporter(DynamoExporter):
         while True:
             bounded = dataclasses.replace(config, dynamic_upper_bound=bound)
             traced = super().export_program(model, sample_inputs, bounded)
-            if limit is None or bound <= _SMALLEST_AUTOMATIC_BOUND:
-                return self._lower(traced, bounded, partitioners)
-            # Lowering costs ten traces: a traced graph whose tensors alone cannot fit is traced again at once.
-            foreseen = _PLANNER_OVERHEAD * peak_activation_bytes(traced[0])
-            if foreseen > limit:
+            # Lowering costs ten traces: a traced graph whose tensors alone cannot fit gets a smaller bound at once.
+            while limit is not None and bound > _SMALLEST_AUTOMATIC_BOUND:
+                foreseen = _PLANNER_OVERHEAD * peak_activation_bytes(traced[0])
+                if foreseen <= limit:
+                    break
                 bound = _smaller_bound(bound, foreseen, budget, "foresees")
-                continue
+                bounded = dataclasses.replace(config, dynamic_upper_bound=bound)
+                narrow_dynamic_bounds(*traced, bound)
             program, metadata = self._lower(traced, bounded, partitioners)
-            if metadata["planned_memory_bytes"] <= limit:
+            if limit is None or bound <= _SMALLEST_AUTOMATIC_BOUND or metadata["planned_memory_bytes"] <= limit:
                 return program, metadata
             bound = _smaller_bound(bound, metadata["planned_memory_bytes"], budget, "plans")
 
