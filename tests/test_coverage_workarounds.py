@@ -24,7 +24,7 @@ from hfexport.exporters import (
 )
 from hfexport.exporters import pytree as export_pytree
 from hfexport.gate.skips import EXPORT_SKIPS
-from hfexport.tiny_models import sample_inputs, tiny_model
+from hfexport.tiny_models import resolve_model_class, sample_inputs, tiny_model
 from hfexport.tiny_models.inputs.precomputed import recorded_layout
 
 
@@ -289,7 +289,19 @@ def test_onnx_optimizer_skip_of_prophetnet_is_needed(monkeypatch: pytest.MonkeyP
     assert any("SplitToSequence" in cause for cause in causes)
 
 
-@pytest.mark.parametrize("model_class", sorted(EXPORT_SKIPS))
+def _skips_by_code_path() -> list:
+    """Every EXPORT_SKIPS class; beyond the first of each reason and modeling module (siblings running the same code),
+    in the slow sweep."""
+    firsts: set[tuple[str, str]] = set()
+    params = []
+    for name in sorted(EXPORT_SKIPS):
+        path = (EXPORT_SKIPS[name], resolve_model_class(name).__module__)
+        params.append(pytest.param(name, marks=[pytest.mark.slow] if path in firsts else []))
+        firsts.add(path)
+    return params
+
+
+@pytest.mark.parametrize("model_class", _skips_by_code_path())
 def test_export_skips_still_fail_to_export(model_class: str) -> None:
     """An EXPORT_SKIPS entry stays only while its model still fails torch.export: remove it once this fails."""
     model = tiny_model(model_class)
