@@ -66,6 +66,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "layoutlmv3": {"hidden_size": 48, "coordinate_size": 8, "shape_size": 8},
     # The axial position embedding halves must add up to hidden_size.
     "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2]},
+    # TimesFM 2.5 normalizes its context patch by patch in a Python loop: the default 16,384 steps (512 patches)
+    # unrolled into the trace (235 s on torch.export, over 600 s on ONNX); 8 patches keep the loop and its code.
+    "timesfm2_5": {"context_length": 256},
     # The block pattern repeats over the layers: two layers must still contain an attention block.
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     # Group norms over the narrowest tiny stage (16 channels).
