@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import torch
 import torch.utils._pytree as pytree
 
 
@@ -27,3 +28,22 @@ def load_script(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class PhraseMasks(torch.nn.Module):
+    """GroundingDino's phrase masks: which tokens are delimiters (isin), each token's previous one (cummax) and next
+    one (cummin), with the indices the two return."""
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        special = torch.isin(input_ids, torch.tensor([3, 5]))
+        positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+        previous = torch.cummax(torch.where(special, positions, -1), dim=1)
+        following = torch.cummin(torch.where(special, positions, input_ids.shape[1]).flip(1), dim=1)
+        return special, previous.values, previous.indices, following.values.flip(1), following.indices
+
+
+# Delimiters (3 and 5) at the traced shape, and a larger batch and length with ties and delimiter-free rows.
+PHRASE_IDS = (
+    torch.tensor([[1, 3, 2, 2, 5, 4, 3], [5, 1, 1, 3, 2, 2, 2]]),
+    torch.randint(0, 7, (3, 11), generator=torch.Generator().manual_seed(0)),
+)

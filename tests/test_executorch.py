@@ -12,7 +12,7 @@ from sweeps import core_params
 
 pytest.importorskip("executorch")
 
-from support import max_abs_diff
+from support import PHRASE_IDS, PhraseMasks, max_abs_diff
 
 from hfexport.exporters import ExportedModel, ExportStageError, registry
 from hfexport.exporters.exporter_executorch import (
@@ -374,6 +374,20 @@ def test_scatter_reduce_patch_reduces_segments_without_a_kernel(monkeypatch):
     without_workaround(monkeypatch, "_patch_scatter_reduce_as_scatter_add")
     with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:14"):
         run_module(module, traced, fed)
+
+
+@pytest.mark.parametrize("name", ["_patch_cummax_as_masked_max", "_patch_cummin_as_masked_min"])
+def test_cummax_and_cummin_patches_run_without_a_kernel(name, monkeypatch):
+    # grounding_dino's phrase masks: the portable runtime has no cummax or cummin kernel (its isin decomposes).
+    module, (traced, fed) = PhraseMasks(), PHRASE_IDS
+    program, _ = ExecutorchExporter().export_program(module, {"input_ids": traced}, ExecutorchConfig(dynamic=True))
+    for input_ids in PHRASE_IDS:
+        for actual, expected in zip(execute(program, input_ids), module(input_ids), strict=True):
+            assert torch.equal(actual, expected)
+    without_workaround(monkeypatch, name)
+    program, _ = ExecutorchExporter().export_program(module, {"input_ids": traced}, ExecutorchConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:14"):
+        execute(program, fed)
 
 
 class ResizedGrid(torch.nn.Module):

@@ -16,7 +16,7 @@ from transformers import PretrainedConfig
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
-from support import max_abs_diff  # noqa: E402
+from support import PHRASE_IDS, PhraseMasks, max_abs_diff  # noqa: E402
 
 from hfexport.exporters import (  # noqa: E402
     AutoExportConfig,
@@ -28,6 +28,7 @@ from hfexport.exporters import (  # noqa: E402
 from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E402
 from hfexport.exporters.registry import _REGISTRY, Workaround, all_workarounds  # noqa: E402
 from hfexport.exporters.runner_onnx import OnnxRunner  # noqa: E402
+from hfexport.gate.checks import root_cause  # noqa: E402
 from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -289,3 +290,24 @@ def test_fix_ir_bool_where_is_needed():
     exported = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
     x = torch.randn(3, 5)
     assert torch.equal(exported(x=x), module(x=x))
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("_patch_isin_as_comparison", "searchsorted"),
+        ("_patch_cummax_as_masked_max", "cummax"),
+        ("_patch_cummin_as_masked_min", "cummin"),
+    ],
+)
+def test_isin_cummax_and_cummin_patches_are_needed(name: str, error: str):
+    module = PhraseMasks()
+    module.config = PretrainedConfig()
+    traced = {"input_ids": PHRASE_IDS[0]}
+    with without(name), pytest.raises(ExportStageError, match="stage 4 ONNX translations") as raised:
+        OnnxExporter().export_program(module, traced, OnnxConfig(dynamic=True))
+    assert f"op='aten.{error}'" in str(root_cause(raised.value))
+    exported = OnnxExporter().export(module, traced, OnnxConfig(dynamic=True))
+    for input_ids in PHRASE_IDS:
+        for actual, expected in zip(exported(input_ids=input_ids), module(input_ids), strict=True):
+            assert torch.equal(actual, expected)

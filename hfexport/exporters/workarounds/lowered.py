@@ -85,3 +85,36 @@ def _real_rotary_product(heads_dim: int) -> Callable:
         return rotate(xq, cos, sin), rotate(xk, cos, sin)
 
     return apply_rotary_emb
+
+
+@register_patch("onnx", "torch.cummax")
+@register_patch("executorch", "torch.cummax")
+def _patch_cummax_as_masked_max(original: Callable) -> Callable:
+    # grounding_dino, mm_grounding_dino (each token's previous phrase delimiter): aten.cummax has no ONNX function and
+    # no ExecuTorch kernel.
+    return lambda values, dim: _prefix_extremum(values, dim, largest=True, result=torch.return_types.cummax)
+
+
+@register_patch("onnx", "torch.cummin")
+@register_patch("executorch", "torch.cummin")
+def _patch_cummin_as_masked_min(original: Callable) -> Callable:
+    # grounding_dino, mm_grounding_dino (each token's next phrase delimiter): aten.cummin has no ONNX function and no
+    # ExecuTorch kernel.
+    return lambda values, dim: _prefix_extremum(values, dim, largest=False, result=torch.return_types.cummin)
+
+
+def _prefix_extremum(values: torch.Tensor, dim: int, largest: bool, result: type) -> Any:
+    """cummax / cummin as one reduction over every prefix at once (a lower-triangular mask): values, and the index of
+    the last position in the prefix holding that value, as torch's own kernels give ties."""
+    moved = values.movedim(dim, -1)
+    positions = torch.arange(moved.shape[-1], device=values.device)
+    in_prefix = positions.unsqueeze(0) <= positions.unsqueeze(1)  # [i, j]: position j is in prefix i
+    info = torch.finfo(values.dtype) if values.is_floating_point() else torch.iinfo(values.dtype)
+    outside = info.min if largest else info.max
+    prefixes = torch.where(in_prefix, moved.unsqueeze(-2), outside)
+    extremum = prefixes.amax(-1) if largest else prefixes.amin(-1)
+    held = (prefixes == extremum.unsqueeze(-1)) & in_prefix
+    if values.is_floating_point():  # a NaN holds on to the end, at its own position
+        held = held | (prefixes.isnan() & extremum.isnan().unsqueeze(-1))
+    index = torch.where(held, positions, -1).amax(-1)
+    return result((extremum.movedim(-1, dim), index.movedim(-1, dim)))

@@ -1,9 +1,9 @@
 """ONNX workarounds (key ``"onnx"``): torch.onnx patches, FX node fixes, onnxscript translations, IR fixes and
 optimizer skips.
 
-Sections follow ``OnnxExporter``'s stages: 2 ONNX patches, 3 FX node fixes, 4 ONNX translations, 5 ONNX IR fixes
-(optimizer skips first: the optimizer runs first in that stage).
-Stage 1's model patches are in ``lowered.py``: ExecuTorch needs each of them as well.
+Sections follow ``OnnxExporter``'s stages: 1 torch patches, 2 ONNX patches, 3 FX node fixes, 4 ONNX translations,
+5 ONNX IR fixes (optimizer skips first: the optimizer runs first in that stage).
+Stage 1's patches that ExecuTorch needs as well are in ``lowered.py``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,22 @@ from ..registry import (
     register_patch,
 )
 from ..utils import export_stage
+
+# ── Torch patches (stage 1) ──
+
+
+@register_patch("onnx", "torch.isin")
+def _patch_isin_as_comparison(original: Callable) -> Callable:
+    # grounding_dino, mm_grounding_dino (phrase masks: torch.isin(input_ids, special_tokens)): the ONNX decomposition of
+    # isin sorts and calls aten.searchsorted, which has no ONNX function; compare with every test element instead.
+    def isin(elements: Any, test_elements: Any, *, assume_unique: bool = False, invert: bool = False) -> Any:
+        if not isinstance(elements, torch.Tensor) or not isinstance(test_elements, torch.Tensor):
+            return original(elements, test_elements, assume_unique=assume_unique, invert=invert)
+        found = (elements.unsqueeze(-1) == test_elements.flatten()).any(-1)
+        return ~found if invert else found
+
+    return isin
+
 
 # ── ONNX patches (stage 2) ──
 
