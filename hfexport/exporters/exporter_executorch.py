@@ -281,8 +281,9 @@ _BACKEND_PREPARE: dict[str, Callable[[torch.nn.Module, dict[str, Any]], tuple[An
 
 
 # ── Stage 5: FX node fixes ──
-# ``fix(graph_module, node) -> changed`` over every node after the program fixes: the "executorch" fixes (what the
-# runtime's kernels refuse), then the delegate's ("executorch.xnnpack": ops XNNPACK would leave out of its partition).
+# ``fix(graph_module, node) -> changed`` over every call_function node after the program fixes: the "executorch" fixes
+# (what the runtime's kernels refuse), then the delegate's ("executorch.xnnpack": ops XNNPACK would leave out of its
+# partition).
 
 
 # ── Lowering speed ──

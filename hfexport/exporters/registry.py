@@ -126,7 +126,7 @@ def register_lowering_swap(key: str, *paths: str) -> Callable[[Callable], Callab
 
 
 def register_fx_node_fix(key: str) -> Callable[[Callable], Callable]:
-    """Register ``fix(graph_module, node) -> changed`` run over every node of ``key``'s graphs."""
+    """Register ``fix(graph_module, node) -> changed`` run over every call_function node of ``key``'s graphs."""
     return _registering(key, NODE_FIX)
 
 
@@ -403,7 +403,8 @@ def _held_class(path: str, module_types: set[type], workaround: Workaround, repo
 
 
 def apply_node_fixes(keys: Keys, graph_module: Any, applied: list[str] | None = None) -> list[str]:
-    """Run every node fix of ``keys`` over every node, in registry order; return the fixes that changed one.
+    """Run every node fix of ``keys`` over every call_function node, in registry order; return the fixes that changed
+    one.
 
     Two fixes changing the same node is a registry conflict: it is logged, never silently resolved by order.
     """
@@ -412,7 +413,7 @@ def apply_node_fixes(keys: Keys, graph_module: Any, applied: list[str] | None = 
     if not fixes:
         return applied
     changed_any = False
-    for node in list(graph_module.graph.nodes):
+    for node in [node for node in graph_module.graph.nodes if node.op == "call_function"]:
         changed_by = []
         for workaround in fixes:
             if node.graph is None or node._erased:

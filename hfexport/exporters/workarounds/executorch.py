@@ -289,7 +289,7 @@ def _largest_input_size(program: ExportedProgram) -> int:
 def _fix_python_sym_op(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # sym_max/sym_min/ceil on sizes are Python callables the edge IR verifier rejects (IR validation on).
     # to_executorch maps them to executorch_prim ops itself, but only after the verifier has run.
-    if node.op != "call_function" or node.target not in (torch.sym_max, torch.sym_min, math.ceil, math.trunc, round):
+    if node.target not in (torch.sym_max, torch.sym_min, math.ceil, math.trunc, round):
         return False
     replacement = _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS.get(node.target)
     if replacement is None:
@@ -301,7 +301,7 @@ def _fix_python_sym_op(graph_module: torch.fx.GraphModule, node: torch.fx.Node) 
 @register_fx_node_fix("executorch")
 def _fix_sym_pow_as_mul(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # `size ** n` traces to operator.pow, which the ExecuTorch emitter cannot serialize: multiply instead.
-    if node.op != "call_function" or node.target is not operator.pow:
+    if node.target is not operator.pow:
         return False
     base, exponent = node.args
     if not isinstance(exponent, int) or exponent < 1 or not isinstance(base, torch.fx.Node):
@@ -324,7 +324,7 @@ def _fix_sym_mod_of_negative(graph_module: torch.fx.GraphModule, node: torch.fx.
     # long_t5 (dynamic; `-length % block`): the runtime's executorch_prim::mod takes C++'s sign (-7 % 128 == -7, not
     # Python's 121), and the block count built on it becomes 0 and a divisor (SIGFPE); add the modulus once more.
     # Fixes visit the nodes the graph had before any fix ran, so the nodes added here are not fixed again.
-    if node.op != "call_function" or node.target is not operator.mod:
+    if node.target is not operator.mod:
         return False
     dividend, modulus = node.args
     if not isinstance(dividend, torch.fx.Node) or not isinstance(modulus, int) or modulus <= 0:
@@ -347,7 +347,7 @@ _CONSTANT_PADS = (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.def
 def _fix_negative_pad_as_slice(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # rwkv's time shift (`ZeroPad2d((0, 0, 1, -1))`): ExecuTorch's constant_pad_nd kernel rejects negative padding
     # at run time ("Padding values must be non-negative"); crop those sides with a slice, then pad the rest.
-    if node.op != "call_function" or node.target not in _CONSTANT_PADS:
+    if node.target not in _CONSTANT_PADS:
         return False
     source, pad = node.args[:2]
     mode = "constant"  # constant_pad_nd's third argument is its fill value, aten.pad's its mode
@@ -384,7 +384,7 @@ _INDEXED_OPS = (
 def _fix_int32_index_as_int64(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # glm5_next (`scatter_add` by an int32 index): torch takes int32 indices, ExecuTorch's portable kernels int64
     # only ("Expected dtype int64 for index", 0x12 at run time): cast the index.
-    if node.op != "call_function" or node.target not in _INDEXED_OPS:
+    if node.target not in _INDEXED_OPS:
         return False
     index = node.args[2]
     if not isinstance(index, torch.fx.Node) or index.meta["val"].dtype != torch.int32:
@@ -403,7 +403,7 @@ def _fix_sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -
     # vjepa2's token argsort, jetmoe's expert grouping: the runtime has no sort kernel ("Missing operator:
     # aten::sort.values", 0x14 at load); a sorted topk of the whole dimension orders the same (stable sorts stay).
     # Upstream: ExecuTorch's portable kernels have topk but no sort.
-    if node.op != "call_function" or node.target not in _UNSTABLE_SORTS:
+    if node.target not in _UNSTABLE_SORTS:
         return False
     source, dim, descending = node.args[0], *_sort_arguments(*node.args[1:], **node.kwargs)
     graph, length = graph_module.graph, source.meta["val"].shape[dim]
@@ -427,7 +427,7 @@ def _fix_bucketize_as_count(graph_module: torch.fx.GraphModule, node: torch.fx.N
     # idefics3/smolvlm's patch positions: the runtime has no bucketize kernel ("Missing operator:
     # aten::bucketize.Tensor_out", 0x14 at load); a value's bucket is the number of boundaries below it (or at it,
     # with right=True). Upstream: ExecuTorch's portable kernels have no bucketize.
-    if node.op != "call_function" or node.target is not torch.ops.aten.bucketize.Tensor:
+    if node.target is not torch.ops.aten.bucketize.Tensor:
         return False
     values, boundaries = node.args[:2]
     below = torch.ops.aten.ge.Tensor if node.kwargs.get("right", False) else torch.ops.aten.gt.Tensor

@@ -111,7 +111,7 @@ def _read_contiguous_copy(graph_module: torch.fx.GraphModule, node: torch.fx.Nod
 def _fix_contiguous_as_clone(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # sam3 (DETR decoder cross-attention): torch.onnx's decomposition passes disagree on SDPA's output layout, so a
     # .contiguous() dropped as a no-op in one pass leaves a view of a transposed tensor in the next; clone always stays.
-    if node.op != "call_function" or node.target is not torch.ops.aten.contiguous.default:
+    if node.target is not torch.ops.aten.contiguous.default:
         return False
     value = _fake_value(node.args[0])
     if value is None or is_contiguous_or_false(value):
@@ -125,7 +125,7 @@ def _fix_view_of_transpose(graph_module: torch.fx.GraphModule, node: torch.fx.No
     # A view (or reshape) of a transposed SDPA output is traced against one kernel's layout and torch.onnx
     # re-decomposes with another ("Cannot view a tensor": t5, on transformers 5.22 and 5.23): read a contiguous
     # copy, an Identity in ONNX.
-    if node.op != "call_function" or node.target not in (torch.ops.aten.view.default, torch.ops.aten.reshape.default):
+    if node.target not in (torch.ops.aten.view.default, torch.ops.aten.reshape.default):
         return False
     source = node.args[0]
     transposes = (torch.ops.aten.transpose.int, torch.ops.aten.permute.default)
@@ -139,7 +139,7 @@ def _fix_view_of_transpose(graph_module: torch.fx.GraphModule, node: torch.fx.No
 def _fix_squeeze_of_non_unit_dim(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # parakeet TDT (joint output): squeeze(2) of a dim of size 7 is a no-op in torch, but becomes an ONNX Squeeze that
     # the checker rejects ("Dimension of input 2 must be 1 instead of 7"); drop the dims that are statically not 1.
-    if node.op != "call_function" or node.target not in (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims):
+    if node.target not in (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims):
         return False
     value = _fake_value(node.args[0])
     if value is None:
@@ -160,7 +160,7 @@ def _fix_squeeze_of_non_unit_dim(graph_module: torch.fx.GraphModule, node: torch
 def _fix_rsub_of_integer_tensor(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # prophetnet's `1.0 - int_mask`: torch's decomposition of aten.rsub.Scalar(integer tensor, float) finds no aten.sub
     # overload ("Cannot find a compatible OpOverload"); cast the tensor to the promoted float dtype first.
-    if node.op != "call_function" or node.target is not torch.ops.aten.rsub.Scalar:
+    if node.target is not torch.ops.aten.rsub.Scalar:
         return False
     source, scalar = node.args[0], node.args[1]
     value = _fake_value(source)

@@ -178,7 +178,7 @@ def _patch_convert_to_sdpa_noop(original: Callable) -> Callable:
 def _fix_mean_last_dim_as_4d(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # RMSNorm (llama, mistral, qwen2, gemma, t5): XNNPACK takes mean.dim over the two inner dims of a 4D tensor only,
     # so `x.pow(2).mean(-1)` splits every norm out of the delegate (6 -> 1); average a static [N, 1, D, 1] view.
-    if node.op != "call_function" or node.target is not torch.ops.aten.mean.dim or node.kwargs.get("dtype"):
+    if node.target is not torch.ops.aten.mean.dim or node.kwargs.get("dtype"):
         return False
     source, dims = (*node.args, None)[:2]
     value, output = source.meta.get("val"), node.meta.get("val")
@@ -203,7 +203,7 @@ def _fix_mean_last_dim_as_4d(graph_module: torch.fx.GraphModule, node: torch.fx.
 def _fix_cat_without_empty_tensors(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # DynamicCache (every decoder): the first update concatenates the new keys to a legacy empty 1-D tensor, a cat
     # XNNPACK rejects, which cuts each attention in two (3 -> 1); concatenating an empty tensor is a no-op: drop it.
-    if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+    if node.target is not torch.ops.aten.cat.default:
         return False
     tensors = node.args[0]
     kept = [t for t in tensors if not _is_legacy_empty(t)]
@@ -226,7 +226,7 @@ def _is_legacy_empty(node: Any) -> bool:
 def _fix_cat_repeated_input(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # rotary embeddings (`torch.cat((freqs, freqs))`): XNNPACK counts distinct inputs and rejects a cat of one
     # tensor twice, splitting the rotary setup (2 -> 1); concatenate a clone (XNNPACK removes it) for each repeat.
-    if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+    if node.target is not torch.ops.aten.cat.default:
         return False
     tensors, seen, changed = list(node.args[0]), set(), False
     for index, tensor in enumerate(tensors):
@@ -245,7 +245,7 @@ def _fix_cat_repeated_input(graph_module: torch.fx.GraphModule, node: torch.fx.N
 def _fix_alias_passthrough(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # CausalLM heads (`hidden_states[:, slice(-0, None)]` traces to aten.alias): XNNPACK has no alias kernel, so the
     # lm_head linear lands in a partition of its own (2 -> 1); an alias computes nothing, use its input.
-    if node.op != "call_function" or node.target is not torch.ops.aten.alias.default:
+    if node.target is not torch.ops.aten.alias.default:
         return False
     source = node.args[0]
     if not isinstance(source, torch.fx.Node) or source.op == "placeholder" or any(u.op == "output" for u in node.users):
@@ -259,7 +259,7 @@ def _fix_alias_passthrough(graph_module: torch.fx.GraphModule, node: torch.fx.No
 def _fix_unsqueeze_as_view(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # rotary cos/sin `unsqueeze(1)` (llama, mistral, qwen2, gemma): XNNPACK unsqueezes the last dim only and splits
     # the rotary setup from the layers (2 -> 1); a static view to the same shape is an op it takes.
-    if node.op != "call_function" or node.target is not torch.ops.aten.unsqueeze.default:
+    if node.target is not torch.ops.aten.unsqueeze.default:
         return False
     output = node.meta.get("val")
     if not isinstance(output, torch.Tensor) or not output.is_floating_point() or free_symbols(output.shape):
