@@ -82,6 +82,18 @@ def _eos_ended_rows(r: Request) -> dict[str, torch.Tensor]:
     return {"input_ids": input_ids}
 
 
+@builds(
+    Stage.FINISH,
+    when=lambda r: {"context_hidden_states", "noise_embeds"} <= r.inputs.keys() and "attention_mask" in r.parameters,
+)
+def _drafter_attention_mask(r: Request) -> dict[str, torch.Tensor]:
+    # Drafters (DFlash) attend over the target's context and the noise block together. Without a mask, eager attends
+    # unmasked but a traced one is built over the noise block only (muse_glimmer's create_bidirectional_mask): "The
+    # size of tensor a (s30 + s39) must match the size of tensor b (s30)". Generation passes one spanning both.
+    positions = r.inputs["context_hidden_states"].shape[1] + r.inputs["noise_embeds"].shape[1]
+    return {"attention_mask": torch.ones(r.batch_size, positions, dtype=torch.long)}
+
+
 @builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and "attention_mask" in r.parameters)
 def _attention_mask(r: Request) -> dict[str, torch.Tensor]:
     # As long as the rows, which image placeholders lengthen (ids may have a stream dimension after the sequence).

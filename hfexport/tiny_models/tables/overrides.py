@@ -290,6 +290,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # key heads (eager attention and the traced SDPA fail on a grouped config; checkpoints leave them equal).
     "nemotron3_diarization_audio": {"num_key_value_heads": HEADS},
     "nemotron3_5_transcribe_asr_audio": {"num_key_value_heads": HEADS},
+    "nemotron3_5_transcribe_word_timestamp": {"num_key_value_heads": HEADS},
     # The vocoder reads the spectrogram the acoustic model makes: as many mel bins as its tiny config has.
     "fastspeech2_conformer_with_hifigan": {"vocoder_config": {"model_in_dim": CAPS["num_mel_bins"]}},
     # Likewise the image-token mapping (see chameleon): the placeholder and end-of-line ids, for text-only forwards.
