@@ -53,7 +53,7 @@ STATIC_IMAGE_SIZE = [
         "_static_image_size_of_window_partition",
         "MaskFormerSwinLayer",
     ),
-    ("Sam2Model", "transformers.models.sam2.modeling_sam2", "_static_image_size_of_sam", "Sam2Model"),
+    ("Sam2Model", "transformers.models.sam2.modeling_sam2", "_static_image_size_of_sam", "Sam2HieraDetModel"),
     ("Sam3Model", "transformers.models.sam3.modeling_sam3", "_static_image_size_of_sam", "Sam3Model"),
 ]
 IDS = [case[0] for case in STATIC_IMAGE_SIZE]

@@ -349,11 +349,14 @@ def _static_image_size_of_window_partition(name: str, value: torch.Tensor) -> tu
 
 
 @register_static_dims(
-    "dynamo", "transformers.models.sam2.modeling_sam2.Sam2Model", "transformers.models.sam3.modeling_sam3.Sam3Model"
+    "dynamo",
+    "transformers.models.sam2.modeling_sam2.Sam2HieraDetModel",
+    "transformers.models.sam3.modeling_sam3.Sam3Model",
 )
 def _static_image_size_of_sam(name: str, value: torch.Tensor) -> tuple[int, ...]:
     # sam2, sam3: window partitions of a dynamic H/W cost sympy time (sam2 over 300 s, sam3 28 s, static 5 s), then the
-    # trace pins H/W anyway (sam2 views its features at backbone_feature_sizes, sam3 guards (3 + W // 8) // 4 == 1).
+    # trace pins H/W anyway (sam2 views its features at backbone_feature_sizes, sam3 guards (3 + W // 8) // 4 == 1);
+    # sam2's Hiera backbone on its own pins them by an equation torch's solver cannot solve (NotImplementedError).
     return _image_size(name, value)
 
 
