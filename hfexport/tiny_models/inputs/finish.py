@@ -94,6 +94,21 @@ def _drafter_attention_mask(r: Request) -> dict[str, torch.Tensor]:
     return {"attention_mask": torch.ones(r.batch_size, positions, dtype=torch.long)}
 
 
+def _is_prefix_lm(r: Request) -> bool:
+    text_config = r.config.get_text_config()
+    return "token_type_ids" in r.parameters and bool(getattr(text_config, "use_bidirectional_attention", False))
+
+
+@builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and _is_prefix_lm(r))
+def _prefix_and_suffix_token_types(r: Request) -> dict[str, torch.Tensor]:
+    # Prefix LMs (PaliGemma): the text model attends bidirectionally and token types keep the suffix causal. Without
+    # them eager skips the mask (all bidirectional) while a trace builds a causal one: 0.36 apart. The processor
+    # passes them; half of each row is prefix (0), the rest suffix (1), so both kinds of attention run.
+    token_types = torch.zeros_like(r.inputs["input_ids"])
+    token_types[:, (r.inputs["input_ids"].shape[1] + 1) // 2 :] = 1
+    return {"token_type_ids": token_types}
+
+
 @builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and "attention_mask" in r.parameters)
 def _attention_mask(r: Request) -> dict[str, torch.Tensor]:
     # As long as the rows, which image placeholders lengthen (ids may have a stream dimension after the sequence).
