@@ -588,6 +588,15 @@ def test_gate_classes_are_the_builders_main_heads() -> None:
     assert [(t, resolve_model_class(t).__name__) for t, _ in GATE_CLASSES] == list(GATE_CLASSES)
 
 
+def test_a_diffusion_canvas_is_an_input_so_two_runs_agree() -> None:
+    model = tiny_model("DiffusionGemmaModel")
+    inputs = sample_inputs(model)
+    assert inputs["decoder_input_ids"].shape == inputs["input_ids"].shape
+    with torch.no_grad():
+        first, second = model(**inputs), model(**inputs)
+    assert torch.equal(first.last_hidden_state, second.last_hidden_state)
+
+
 def test_required_bounding_boxes_are_valid_normalized_boxes() -> None:
     model = tiny_model("BrosModel")
     inputs = sample_inputs(model)

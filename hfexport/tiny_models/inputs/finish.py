@@ -116,6 +116,18 @@ def _attention_mask(r: Request) -> dict[str, torch.Tensor]:
 
 
 @builds(
+    Stage.FINISH,
+    when=lambda r: (
+        "input_ids" in r.inputs and "decoder_input_ids" in r.parameters and hasattr(r.config, "canvas_length")
+    ),
+)
+def _diffusion_canvas(r: Request) -> dict[str, torch.Tensor]:
+    # Block-diffusion LMs (diffusion_gemma) fill the canvas with torch.randint when none is given: no two runs agree.
+    # A canvas as long as the prompt, so the second shape lengthens it too.
+    return {"decoder_input_ids": token_ids(r.config.get_text_config(), (r.batch_size, r.seq_length), r.generator)}
+
+
+@builds(
     Stage.FINISH, when=lambda r: getattr(r.config, "is_encoder_decoder", False) and "decoder_input_ids" in r.parameters
 )
 def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
