@@ -92,6 +92,26 @@ def test_render_reports_both_engines_and_the_builder_list(tmp_path: Path) -> Non
     assert (tmp_path / "coverage.md").read_text() == text
 
 
+def test_a_class_the_builder_makes_since_leaves_the_builder_list_and_counts_for_hfexport(tmp_path: Path) -> None:
+    """Both engines build with the same builder: the newest cell of any engine tells whether a class builds."""
+    sweep = load_script("coverage_sweep")
+    results = tmp_path / "results"
+    results.mkdir()
+    runs = (("transformers", "2026-01-01T00:00:00Z", "error"), ("hfexport", "2026-01-02T00:00:00Z", "pass"))
+    for engine, stamp, status in runs:
+        data = report.new_report(engine, ["onnx"], {"mode": "models"}, {}, (1, 1), None)
+        data["created_at"] = stamp
+        data["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "foo"]}
+        built = {} if status == "pass" else {"stage": "build", "error_type": "ValueError", "error": "no"}
+        data["cells"] = [report.new_cell("foo", "FooModel", "onnx", status=status, timings={"export": 1.0}, **built)]
+        (results / f"{stamp.replace('-', '').replace(':', '')}-{engine}.json").write_text(views.to_json(data))
+    text = sweep.render(results, tmp_path / "coverage.md")
+    assert "0 swept classes could not be built" in text and "`build: ValueError: no`" not in text
+    assert "| onnx | 1 | **1** | 100.0 % |" in text  # hfexport alone
+    # not compared: only one engine's cell is built
+    assert "| onnx | 0 |" not in text and "| onnx | 1 | **1** | **0** |" not in text
+
+
 def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
     sweep = load_script("coverage_sweep")
     results = tmp_path / "results"
