@@ -588,13 +588,17 @@ def test_gate_classes_are_the_builders_main_heads() -> None:
     assert [(t, resolve_model_class(t).__name__) for t, _ in GATE_CLASSES] == list(GATE_CLASSES)
 
 
-def test_a_diffusion_canvas_is_an_input_so_two_runs_agree() -> None:
-    model = tiny_model("DiffusionGemmaModel")
+# Models that draw at random inside forward: a diffusion canvas (an input now), VAE latent noise and VITS' flow and
+# duration noise (scaled to zero by the tiny config). Otherwise eager disagrees with itself, let alone an export.
+@pytest.mark.parametrize("name", ["DiffusionGemmaModel", "VibeVoiceAcousticTokenizerModel", "VitsModel"])
+def test_models_that_draw_noise_agree_with_themselves(name: str) -> None:
+    model = tiny_model(name)
     inputs = sample_inputs(model)
-    assert inputs["decoder_input_ids"].shape == inputs["input_ids"].shape
     with torch.no_grad():
         first, second = model(**inputs), model(**inputs)
-    assert torch.equal(first.last_hidden_state, second.last_hidden_state)
+    for key, value in first.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, second[key]), key
 
 
 def test_required_bounding_boxes_are_valid_normalized_boxes() -> None:

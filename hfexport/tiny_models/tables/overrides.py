@@ -284,6 +284,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "text_projection_in_dim": HIDDEN,
         "text_projection_out_dim": HIDDEN,
     },
+    # Sampling noise off: the VAE tokenizer adds vae_std-scaled Gaussian noise to its latents and VITS scales the
+    # noise of its flow and duration predictor; drawn inside forward, no two runs (eager or exported) would agree.
+    "vibevoice_acoustic_tokenizer": {"vae_std": 0.0},
+    "vits": {"noise_scale": 0.0, "noise_scale_duration": 0.0},
     # Multi-head attention only (the relative position bias has one row per query head).
     "granite_speech5_encoder": {"num_key_value_heads": HEADS},
     # Multi-head attention only: v_proj is as wide as the query heads, and the attention repeats it as it repeats the
