@@ -455,7 +455,7 @@ def _builder_section(cells: dict[Key, dict[str, Any]], types_of: dict[str, str])
     # Both engines build with the same builder on every backend: a class's newest cell, of any engine, tells.
     newest: dict[str, dict[str, Any]] = {}
     for (_, model_class, _), cell in sorted(cells.items()):
-        if (cell.get("created_at") or "") > (newest.get(model_class, {}).get("created_at") or ""):
+        if model_class not in newest or (cell.get("created_at") or "") > (newest[model_class].get("created_at") or ""):
             newest[model_class] = cell
     problems = {
         model_class: f"{cell['stage']}: {cell.get('error_type')}: {cell.get('error') or ''}"

@@ -112,6 +112,18 @@ def test_a_class_the_builder_makes_since_leaves_the_builder_list_and_counts_for_
     assert "| onnx | 0 |" not in text and "| onnx | 1 | **1** | **0** |" not in text
 
 
+def test_a_record_cell_without_a_date_still_lists_a_class_the_builder_cannot_make(tmp_path: Path) -> None:
+    """The record's oldest cells carry no ``created_at``: their build errors still count."""
+    sweep = load_script("coverage_sweep")
+    store = tmp_path / "coverage.json"
+    broken = report.new_cell(
+        "foo", "FooModel", "onnx", status="error", stage="build", error_type="ValueError", error="no"
+    )
+    store.write_text(json.dumps({"runs": [], "cells": [{**broken, "engine": "hfexport"}]}))
+    text = sweep.render(tmp_path / "no-results", tmp_path / "coverage.md", store)
+    assert "1 swept classes could not be built" in text and "| foo | FooModel | `build: ValueError: no` |" in text
+
+
 def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
     sweep = load_script("coverage_sweep")
     results = tmp_path / "results"
