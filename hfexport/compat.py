@@ -36,6 +36,18 @@ INTERNALS: dict[str, Internal] = {
             "reformer's bucket cache (not a Cache) as an export output",
         ),
         Internal(
+            "transformers.models.xlstm.modeling_xlstm.xLSTMCache",
+            "xLSTM's recurrent state (not a Cache) as an export output",
+        ),
+        Internal(
+            "transformers.models.voxtral_realtime.modeling_voxtral_realtime.VoxtralRealtimeConv1dPaddingCache",
+            "voxtral_realtime's streaming conv padding (not a Cache) as an export output",
+        ),
+        Internal(
+            "transformers.models.voxtral_realtime.modeling_voxtral_realtime.VoxtralRealtimeConv1dCacheLayer",
+            "the layers of voxtral_realtime's conv padding cache",
+        ),
+        Internal(
             "transformers.modeling_rope_utils.dynamic_rope_update",
             "_patch_rotary_frequencies_as_cos_sin (deepseek_v2, llama4 rotary embeddings)",
         ),

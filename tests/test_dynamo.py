@@ -102,6 +102,23 @@ def test_cache_outside_cache_class_is_rebuilt(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("name", "cache"),
+    [("xLSTMForCausalLM", "cache_params"), ("VoxtralRealtimeForConditionalGeneration", "padding_cache")],
+)
+def test_recurrent_state_outside_cache_class_is_rebuilt(name: str, cache: str, tmp_path) -> None:
+    # xLSTMCache (holding its config) and voxtral_realtime's conv padding cache are not Cache subclasses either.
+    model, outputs = _saved_and_reloaded_outputs(name, tmp_path)
+    with torch.no_grad():
+        expected = model(**sample_inputs(model))
+    assert type(getattr(outputs, cache)) is type(getattr(expected, cache))
+    assert max_abs_diff(outputs.logits, expected.logits) <= TOLERANCE
+    if name.startswith("xLSTM"):
+        assert getattr(outputs, cache).config.to_dict() == model.config.to_dict()
+        states = getattr(outputs, cache).rnn_state[0][0], getattr(expected, cache).rnn_state[0][0]
+        assert max_abs_diff(*states) <= TOLERANCE
+
+
+@pytest.mark.parametrize(
     ("name", "error"),
     [
         ("AutoformerModel", r"shape '\[s\d+, 2, 4, 4\]' is invalid"),

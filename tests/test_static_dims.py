@@ -176,3 +176,20 @@ def test_dynamic_export_within_3x_of_static(model_class: str) -> None:
         _export(model, inputs, dynamic=dynamic)
         seconds.append(time.perf_counter() - started)
     assert seconds[1] <= 3 * seconds[0], seconds
+
+
+def test_xlstm_sequence_is_declared_static_and_the_gate_varies_only_the_batch() -> None:
+    # xlstm's inference kernels unroll the sequence in Python: undeclared, the second shape failed as "specialized".
+    from hfexport.gate import checks
+
+    job = {"model_type": "xlstm", "model_class": "xLSTMForCausalLM", "module": None, "backend": "dynamo"}
+    cell = checks.run_cell({**job, "generation": False}, None)
+    assert cell["status"] == "pass", cell.get("error")
+    assert cell["second_shape"]["status"] == "pass"
+    assert [shape[0] for shape in cell["second_shape"]["inputs"].values()] == [3]
+    assert "_static_sequence_of_xlstm" in cell["workarounds"]
+    model = tiny_model("xLSTMForCausalLM", seed=0)
+    exported = _export(model, sample_inputs(model))
+    assert exported.components["model"]["declared_static_dims"] == {"input_ids": [1]}
+    with pytest.raises(SpecializedDimension, match="a static-dims workaround kept it static"):
+        exported(input_ids=torch.ones(2, 11, dtype=torch.long))

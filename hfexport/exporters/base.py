@@ -194,6 +194,7 @@ class ModelRunner:
         if "dynamic_dims" not in metadata:
             return
         bounds = metadata["dynamic_dims"]
+        declared = metadata.get("declared_static_dims", {})
         dynamic = bool(self.exported.manifest.get("export_config", {}).get("dynamic"))
         for name, value, traced in zip(metadata["input_names"], flat, metadata["input_shapes"], strict=True):
             if not isinstance(value, torch.Tensor) or traced is None:
@@ -205,7 +206,8 @@ class ModelRunner:
             for dim, size in enumerate(value.shape):
                 low_high = bounds.get(name, {}).get(str(dim))
                 if low_high is None and size != traced[dim]:
-                    raise SpecializedDimension(component, name, dim, traced[dim], size, dynamic)
+                    kept = dim in declared.get(name, ())
+                    raise SpecializedDimension(component, name, dim, traced[dim], size, dynamic, declared=kept)
                 # Only the upper bound binds: a lower bound of 2 is torch.export's 0/1 rule, the program takes 1 too.
                 if low_high is not None and low_high[1] is not None and size > low_high[1]:
                     raise ExportFailure(

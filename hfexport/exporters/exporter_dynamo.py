@@ -80,6 +80,7 @@ class DynamoExporter(HfExporter):
             with export_stage("dynamo", 3, "pytree registration"):
                 cache_types = register_cache_types()
             declared = PatchReport()
+            static: dict[str, set[int]] = {}
             dynamic_shapes = config.dynamic_shapes
             if dynamic_shapes is None and config.dynamic:
                 with export_stage("dynamo", 4, "dynamic shapes"):
@@ -93,6 +94,8 @@ class DynamoExporter(HfExporter):
                 )
         metadata = program_metadata(program, sample_inputs)
         metadata["cache_types_registered"] = len(cache_types)
+        # Dimensions a workaround keeps static: a runner names the declaration, not the model, when they differ.
+        metadata["declared_static_dims"] = {name: sorted(dims) for name, dims in static.items() if dims}
         metadata["workarounds"] = {
             "patches": patches.installed,
             "unresolved": merged_records(patches.unresolved, declared.unresolved),

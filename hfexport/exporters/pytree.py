@@ -34,7 +34,7 @@ def _is_walkable_object(value: Any) -> bool:
     # which do not derive from CacheLayerMixin; an older transformers may lack some of these layer kinds.
     from transformers import Cache
 
-    return isinstance(value, (Cache, *compat.internal_types(*_CACHE_LAYER_TYPES)))
+    return isinstance(value, (Cache, *compat.internal_types(*_CACHE_LAYER_TYPES, *_OTHER_CACHE_TYPES)))
 
 
 _CACHE_LAYER_TYPES = (
@@ -44,11 +44,18 @@ _CACHE_LAYER_TYPES = (
 )
 
 # Caches that models return without deriving from Cache: registered and walked the same way.
-_OTHER_CACHE_TYPES = ("transformers.models.reformer.modeling_reformer.ReformerDynamicCache",)
+_OTHER_CACHE_TYPES = (
+    "transformers.models.reformer.modeling_reformer.ReformerDynamicCache",
+    "transformers.models.xlstm.modeling_xlstm.xLSTMCache",
+    "transformers.models.voxtral_realtime.modeling_voxtral_realtime.VoxtralRealtimeConv1dPaddingCache",
+    "transformers.models.voxtral_realtime.modeling_voxtral_realtime.VoxtralRealtimeConv1dCacheLayer",
+)
 
 
 def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
     """Append the tensors of ``value`` to ``leaves``; return a JSON-able context that rebuilds everything else."""
+    from transformers import PretrainedConfig
+
     if isinstance(value, torch.Tensor):
         leaves.append(value)
         return _TENSOR
@@ -70,6 +77,9 @@ def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
         context = {"dict": {str(k): _flatten_to_context(v, leaves) for k, v in value.items()}}
         # Linear-attention layers index their states by int: keep the key type through the JSON context.
         return {**context, "int_keys": True} if value and all(type(k) is int for k in value) else context
+    if isinstance(value, PretrainedConfig):
+        # xLSTM's cache keeps the model config it was sized from.
+        return {"config": _class_path(type(value)), "values": value.to_dict()}
     if _is_walkable_object(value):
         attributes = {name: _flatten_to_context(v, leaves) for name, v in vars(value).items()}
         return {"object": _class_path(type(value)), "attributes": attributes}
@@ -87,6 +97,8 @@ def _unflatten_from_context(context: Any, leaves: Iterator[Any]) -> Any:
         return torch.device(context["device"])
     if "class" in context:
         return _class_from_path(context["class"])
+    if "config" in context:
+        return _class_from_path(context["config"]).from_dict(context["values"])
     if "symbolic" in context:
         return None
     if "list" in context or "tuple" in context:

@@ -50,13 +50,16 @@ class ExportFailure(ValueError):
 class SpecializedDimension(ExportFailure):
     """An input dimension the program fixed to its traced size was given another size."""
 
-    def __init__(self, component: str, input_name: str, dim: int, traced: int, size: int, dynamic: bool):
+    def __init__(
+        self, component: str, input_name: str, dim: int, traced: int, size: int, dynamic: bool, declared: bool = False
+    ):
         self.input_name, self.dim, self.traced, self.size = input_name, dim, traced, size
-        why = (
-            "exported with dynamic shapes, but tracing specialized it: the model's code fixed this size"
-            if dynamic
-            else "exported static; export with dynamic=True to vary it"
-        )
+        if declared:
+            why = "a static-dims workaround kept it static: the model's code takes one size per program"
+        elif dynamic:
+            why = "exported with dynamic shapes, but tracing specialized it: the model's code fixed this size"
+        else:
+            why = "exported static; export with dynamic=True to vary it"
         accepts = f"dimension {dim} has size {size}, but the program accepts only size {traced}"
         super().__init__(f"{component}: input {input_name!r} {accepts} ({why})")
 

@@ -360,6 +360,13 @@ def _static_image_size_of_sam(name: str, value: torch.Tensor) -> tuple[int, ...]
     return _image_size(name, value)
 
 
+@register_static_dims("dynamo", "transformers.models.xlstm.modeling_xlstm.xLSTMModel")
+def _static_sequence_of_xlstm(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # xlstm: inference unrolls the sequence in Python (mlstm_recurrent_sequence_native's `for t in range(S)`, chunk
+    # sizes from `S // chunk_size`), so every sequence length is its own program.
+    return (1,) if name in ("input_ids", "attention_mask", "inputs_embeds") and value.dim() >= 2 else ()
+
+
 def _image_size(name: str, value: torch.Tensor) -> tuple[int, ...]:
     """The height and width dims of a (batch, channels, height, width) ``pixel_values``."""
     return (2, 3) if name == "pixel_values" and value.dim() == 4 else ()
