@@ -662,3 +662,32 @@ def test_class_overrides_apply_to_one_class_of_a_type() -> None:
 def test_siblings_of_unrunnable_classes_are_unrunnable(name: str) -> None:
     with pytest.raises(tiny_models.UnrunnableModelError):
         tiny_model(name)
+
+
+@pytest.mark.parametrize("name", ["RTDetrModel", "DFineModel"])
+def test_detection_scores_of_a_vanishing_init_do_not_tie(name: str) -> None:
+    # Their init (BatchNorm scales and convs ~ N(0, 0.01)) shrank the encoder memory to ~1e-10: every score tied and
+    # top-k picked other queries on ONNX Runtime (3.9 apart). The builder gives them trained-like scales.
+    model = tiny_model(name)
+    scores = {}
+    model.enc_score_head.register_forward_hook(lambda _module, _inputs, output: scores.update(output=output))
+    with torch.no_grad():
+        model(**sample_inputs(model))
+    ranked = scores["output"].max(-1).values.sort(dim=-1).values
+    assert float((ranked[:, 1:] - ranked[:, :-1]).min()) > 1e-4
+    assert all(float(m.weight.min()) == 1.0 for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+
+
+def test_a_zero_initialised_router_is_redrawn_so_expert_scores_do_not_tie() -> None:
+    # afmoe's init zeroes its router gate: every expert scored the same and top-k's pick was the runtime's (ONNX 0.11).
+    model = tiny_model("AfmoeForCausalLM")
+    logits = []
+    for module in model.modules():
+        if type(module).__name__.endswith("Router"):
+            module.register_forward_hook(lambda _module, _inputs, output: logits.append(output[0]))
+    with torch.no_grad():
+        model(**sample_inputs(model))
+    assert logits
+    for router_logits in logits:
+        ranked = router_logits.sort(dim=-1).values
+        assert float((ranked[:, 1:] - ranked[:, :-1]).min()) > 0

@@ -10,7 +10,7 @@ from transformers import AutoConfig, PreTrainedModel
 
 from .classes import UnrunnableModelError, resolve_model_class
 from .configs import tiny_config
-from .tables import UNRUNNABLE
+from .tables import DEGENERATE_INIT, UNRUNNABLE
 
 
 def tiny_model(
@@ -34,7 +34,32 @@ def tiny_model(
         config._attn_implementation = "eager"
         torch.manual_seed(seed)
         model = model_class(config)
+    if config.model_type in DEGENERATE_INIT:
+        _REDRAWS[DEGENERATE_INIT[config.model_type]](model, torch.Generator().manual_seed(seed))
     return model.to(torch.float32).eval()
+
+
+def _trained_like_conv_scales(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Unit BatchNorm scales and conv weights of std 1/sqrt(fan-in): activations keep their size layer to layer."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.weight is not None:
+                module.weight.fill_(1.0)
+            elif isinstance(module, torch.nn.Conv2d):
+                fan_in = module.weight[0].numel()
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) / fan_in**0.5)
+
+
+def _random_router_gates(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Router gate weights drawn like the model's other linears (std ``initializer_range``), not all zero."""
+    std = model.config.get_text_config().initializer_range
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module).__name__.endswith("Router") and isinstance(getattr(module, "gate", None), torch.nn.Linear):
+                module.gate.weight.copy_(torch.randn(module.gate.weight.shape, generator=generator) * std)
+
+
+_REDRAWS = {"conv_scales": _trained_like_conv_scales, "router_gates": _random_router_gates}
 
 
 def load_local_model(directory: Path) -> PreTrainedModel:

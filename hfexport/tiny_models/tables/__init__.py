@@ -8,6 +8,7 @@ sample inputs read).
 """
 
 from .overrides import (
+    DEGENERATE_INIT,
     OVERRIDES,
 )
 from .per_class import (
@@ -75,6 +76,7 @@ __all__ = [
     "CODEBOOK_STACKED_TYPES",
     "DECODER_CODEBOOKS",
     "DEFAULT_HEAD_MAPPINGS",
+    "DEGENERATE_INIT",
     "DEPTH_LIST_KEYS",
     "EMBEDDED_INPUTS",
     "EXACT_CAPS",

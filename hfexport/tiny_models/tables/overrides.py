@@ -336,3 +336,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         }
     },
 }
+
+# Model types whose own weight init leaves a tiny model degenerate, and which weights the builder redraws:
+# "conv_scales": BatchNorm scales and convs drawn from N(0, initializer_range=0.01) shrink the RT-DETR family's encoder
+#   memory to ~1e-10, so every detection score ties and top-k's pick depends on the runtime (ONNX 3.9 apart): unit
+#   BatchNorm scales and fan-in scaled convs, as trained checkpoints have.
+# "router_gates": afmoe zero-initialises its router, so every expert score ties (ONNX 0.11 apart): drawn as linears.
+DEGENERATE_INIT = {
+    **dict.fromkeys(("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v3", "pp_doclayout_v4"), "conv_scales"),
+    "afmoe": "router_gates",
+}
