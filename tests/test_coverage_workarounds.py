@@ -191,6 +191,13 @@ NEEDED = [
         ("_patch_packed_attention_as_masked_sdpa",),
         "Could not guard on data-dependent expression",
     ),
+    (
+        "PeAudioVideoEncoder",
+        "dynamo",
+        "dynamo",
+        ("_patch_pe_audio_video_alignment_as_gather",),
+        "Could not guard on data-dependent expression",
+    ),
     # The translation fails on prims.erf_inv (the first line of the error names the stage only).
     ("Gemma3nForCausalLM", "onnx", "onnx", ("_patch_gaussian_cutoff_as_constant",), "stage 4"),
 ]
@@ -200,6 +207,7 @@ NEEDED = [
 # (the dynamo and onnx keys; the executorch ones have their own small removal tests in test_executorch.py).
 SLOW_MODELS = {
     "Sam3Model",
+    "PeAudioVideoEncoder",
     "ParakeetForCTC",
     "ParakeetForTDT",
     "ProphetNetForCausalLM",
@@ -230,6 +238,19 @@ def test_workaround_is_needed(
             _export(model, inputs, backend)
     exported = _export(model, inputs, backend)
     _assert_matches_eager(model, exported, inputs)
+
+
+def test_rt_detr_batch_stays_dynamic_only_with_len_patched(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `batch_size = len(source_flatten)` pinned the batch: the program took batch 2 only, without an export error.
+    model = tiny_model("RTDetrModel")
+    inputs = sample_inputs(model)
+    with monkeypatch.context() as patched:
+        _without(patched, "dynamo", "_patch_len_keeps_batch_symbolic")
+        assert "0" not in _export(model, inputs, "dynamo").components["model"]["dynamic_dims"]["pixel_values"]
+    exported = _export(model, inputs, "dynamo")
+    assert exported.components["model"]["dynamic_dims"]["pixel_values"]["0"] == [2, None]
+    _assert_matches_eager(model, exported, sample_inputs(model, seed=1, batch_size=3))
+    assert len([1, 2]) == 2  # the builtin is back once the export is done
 
 
 def test_packed_attention_keeps_each_image_to_its_own_rows() -> None:
@@ -322,3 +343,21 @@ def test_view_larger_than_its_base_stays_a_copy(monkeypatch: pytest.MonkeyPatch)
     _without(monkeypatch, "executorch", "_patch_view_within_its_base")
     with pytest.raises(RuntimeError, match="Failed to load method forward, error: 0x:21"):
         _export(model, inputs, "executorch")(**inputs)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_pe_audio_video_alignment_as_gather_is_the_models_interpolation(masked: bool) -> None:
+    from transformers.models.pe_audio_video import modeling_pe_audio_video as pe
+
+    from hfexport.exporters.workarounds import dynamo as dynamo_workarounds
+
+    original = pe.PeAudioVideoEncoderEmbedder._align_video_hidden_state
+    patched = dynamo_workarounds._patch_pe_audio_video_alignment_as_gather(original)
+    generator = torch.Generator().manual_seed(0)
+    video, audio = torch.randn(3, 5, 4, generator=generator), torch.randn(3, 13, 4, generator=generator)
+    masks = {}
+    if masked:  # per-sample lengths, one sample without any video frame
+        masks["padding_mask_videos"] = torch.arange(5)[None] < torch.tensor([[5], [2], [0]])
+        masks["padding_mask"] = torch.arange(13)[None] < torch.tensor([[13], [7], [9]])
+    expected = original(None, video_hidden_state=video, audio_hidden_state=audio, **masks)
+    assert torch.equal(patched(None, video_hidden_state=video, audio_hidden_state=audio, **masks), expected)

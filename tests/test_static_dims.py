@@ -193,3 +193,25 @@ def test_xlstm_sequence_is_declared_static_and_the_gate_varies_only_the_batch() 
     assert exported.components["model"]["declared_static_dims"] == {"input_ids": [1]}
     with pytest.raises(SpecializedDimension, match="a static-dims workaround kept it static"):
         exported(input_ids=torch.ones(2, 11, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    ("model_class", "declaration"),
+    [
+        ("Lfm2VlModel", "_static_image_count_of_lfm2_vl"),
+        ("HunYuanVLVisionTransformer", "_static_image_count_of_towers_looping_over_images"),
+        pytest.param("Lfm3VlVisionModel", "_static_image_count_of_towers_looping_over_images", marks=pytest.mark.slow),
+    ],
+)
+def test_models_looping_over_images_keep_the_image_count_static(model_class: str, declaration: str) -> None:
+    # Undeclared, tracing unrolled the per-image loop and the second shape (3 images) failed as "specialized".
+    from hfexport.gate import checks
+
+    job = {"model_type": "", "model_class": model_class, "module": None, "backend": "dynamo", "generation": False}
+    cell = checks.run_cell(job, None)
+    assert cell["status"] == "pass", cell.get("error")
+    assert declaration in cell["workarounds"]
+    assert cell["second_shape"] == {
+        "status": "skipped",
+        "detail": "a static-dims workaround keeps the batch static",
+    }

@@ -13,12 +13,14 @@ the keys its exporter's ``workaround_keys`` names, in that order (the one rule, 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib.util
 import inspect
 import logging
 import sys
 import threading
+import types
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -281,6 +283,8 @@ def _raw_attribute(owner: Any, name: str) -> tuple[bool, Any]:
         for klass in owner.__mro__:
             if name in vars(klass):
                 return klass is owner, vars(klass)[name]
+    if isinstance(owner, types.ModuleType) and name not in vars(owner) and hasattr(builtins, name):
+        return False, getattr(builtins, name)  # a builtin the module's code calls, not shadowed yet
     return name in getattr(owner, "__dict__", {}), getattr(owner, name)
 
 

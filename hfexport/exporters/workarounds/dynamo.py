@@ -140,6 +140,54 @@ def _patch_nllb_moe_router_cast_when_needed(original: Callable) -> Callable:
     return _cast_classifier
 
 
+@register_patch(
+    "dynamo",
+    *(
+        f"transformers.models.{name}.modeling_{name}.len"
+        for name in ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3", "depth_pro")
+    ),
+)
+def _patch_len_keeps_batch_symbolic(original: Callable) -> Callable:
+    # rt_detr family (`batch_size = len(source_flatten)`), depth_pro (`len(i) for i in scaled_images`): len() makes the
+    # batch a Python int (guard Eq(batch, 2)), the program takes batch 2 only; here len(tensor) stays symbolic.
+    def length(value: Any) -> Any:
+        return value.shape[0] if isinstance(value, torch.Tensor) else original(value)
+
+    return length
+
+
+@register_patch(
+    "dynamo",
+    "transformers.models.pe_audio_video.modeling_pe_audio_video.PeAudioVideoEncoderEmbedder._align_video_hidden_state",
+)
+def _patch_pe_audio_video_alignment_as_gather(_original: Callable) -> Callable:
+    # pe_audio_video: aligning video frames to audio steps branches on mask sums (`(audio_lengths == T).all()`) and
+    # loops over the batch ("Could not guard on data-dependent expression Eq(u0, 1)"): the same nearest-neighbour
+    # interpolation per sample (source step floor(step * video_length / audio_length)), as one gather.
+    def align(
+        self: Any,
+        video_hidden_state: torch.Tensor,
+        audio_hidden_state: torch.Tensor,
+        padding_mask_videos: torch.Tensor | None = None,
+        padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if video_hidden_state.shape[1] == audio_hidden_state.shape[1]:
+            return video_hidden_state
+        batch, video_steps, width = video_hidden_state.shape
+        audio_steps = audio_hidden_state.shape[1]
+        full = torch.ones(batch, dtype=torch.long, device=video_hidden_state.device)
+        video_lengths = padding_mask_videos.sum(-1) if padding_mask_videos is not None else full * video_steps
+        audio_lengths = padding_mask.sum(-1) if padding_mask is not None else full * audio_steps
+        steps = torch.arange(audio_steps, device=video_hidden_state.device)[None]
+        scale = video_lengths[:, None].float() / audio_lengths[:, None].clamp(min=1).float()
+        source = torch.minimum((steps * scale).floor().long(), (video_lengths[:, None] - 1).clamp(min=0))
+        aligned = video_hidden_state.gather(1, source[..., None].expand(batch, audio_steps, width))
+        kept = (steps < audio_lengths[:, None]) & (video_lengths[:, None] > 0)
+        return torch.where(kept[..., None], aligned, torch.zeros((), dtype=aligned.dtype))
+
+    return align
+
+
 @register_patch("dynamo", f"{_NLLB_MOE}.math")
 def _patch_nllb_moe_ceil_as_sym_ite(original: types.ModuleType) -> Any:
     # nllb_moe (sparse layers): torch.export.save cannot serialize the expert capacity's math.ceil of the token count
@@ -365,6 +413,24 @@ def _static_sequence_of_xlstm(name: str, value: torch.Tensor) -> tuple[int, ...]
     # xlstm: inference unrolls the sequence in Python (mlstm_recurrent_sequence_native's `for t in range(S)`, chunk
     # sizes from `S // chunk_size`), so every sequence length is its own program.
     return (1,) if name in ("input_ids", "attention_mask", "inputs_embeds") and value.dim() >= 2 else ()
+
+
+@register_static_dims(
+    "dynamo",
+    "transformers.models.hunyuan_vl.modeling_hunyuan_vl.HunYuanVLVisionTransformer",
+    "transformers.models.lfm3_vl.modeling_lfm3_vl.Lfm3VlVisionModel",
+)
+def _static_image_count_of_towers_looping_over_images(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # hunyuan_vl, lfm3_vl vision towers: they walk grid_thw.tolist() image by image in Python (patch merging, windowed
+    # blocks), so the trace unrolls one pass per image: one program per image count.
+    return (0,) if name in ("grid_thw", "image_grid_thw") else ()
+
+
+@register_static_dims("dynamo", "transformers.models.lfm2_vl.modeling_lfm2_vl.Lfm2VlModel")
+def _static_image_count_of_lfm2_vl(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # lfm2_vl: get_image_features unpads and projects image by image (`for img_idx in range(...size(0))`), so the trace
+    # unrolls one pass per image: one program per image count.
+    return (0,) if name in ("pixel_values", "pixel_attention_mask", "spatial_shapes") else ()
 
 
 def _image_size(name: str, value: torch.Tensor) -> tuple[int, ...]:
