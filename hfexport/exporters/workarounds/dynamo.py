@@ -422,8 +422,9 @@ def _static_sequence_of_xlstm(name: str, value: torch.Tensor) -> tuple[int, ...]
 )
 def _static_image_count_of_towers_looping_over_images(name: str, value: torch.Tensor) -> tuple[int, ...]:
     # hunyuan_vl, lfm3_vl vision towers: they walk grid_thw.tolist() image by image in Python (patch merging, windowed
-    # blocks), so the trace unrolls one pass per image: one program per image count.
-    return (0,) if name in ("grid_thw", "image_grid_thw") else ()
+    # blocks), so the trace unrolls one pass per image: one program per image count. The tower's own input only: the
+    # VLMs around them (image_grid_thw) build one image per sample and kept passing at three.
+    return (0,) if name == "grid_thw" else ()
 
 
 @register_static_dims("dynamo", "transformers.models.lfm2_vl.modeling_lfm2_vl.Lfm2VlModel")
