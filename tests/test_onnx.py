@@ -291,6 +291,31 @@ def test_fix_ir_bool_where_is_needed():
     assert torch.equal(exported(x=x), module(x=x))
 
 
+def test_fix_ir_unregistered_constants_registers_them_as_initializers():
+    # The optimizer left gemma4 audio's Clip bounds as constants no initializer holds: the checker rejected the graph.
+    import numpy as np
+    import onnx
+    import onnx_ir as ir
+
+    from hfexport.exporters.workarounds.onnx import _fix_ir_unregistered_constants
+
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]))
+    bounds = []
+    for name, bound in (("low", -np.inf), ("high", np.inf)):
+        value = ir.Value(name=name, type=x.type, shape=ir.Shape([]))
+        value.const_value = ir.tensor(np.array(bound, dtype=np.float32), name=name)
+        bounds.append(value)
+    clip = ir.node("Clip", [x, *bounds])
+    clip.outputs[0].type, clip.outputs[0].shape = x.type, x.shape
+    model = ir.Model(ir.Graph([x], clip.outputs, nodes=[clip], opset_imports={"": 18}, name="g"), ir_version=10)
+    with pytest.raises(onnx.checker.ValidationError, match="topologically sorted"):
+        onnx.checker.check_model(ir.serde.serialize_model(model))
+    assert _fix_ir_unregistered_constants(model)
+    assert sorted(model.graph.initializers) == ["high", "low"]
+    onnx.checker.check_model(ir.serde.serialize_model(model), full_check=True)
+    assert not _fix_ir_unregistered_constants(model)
+
+
 @pytest.mark.parametrize(
     ("name", "error"),
     [

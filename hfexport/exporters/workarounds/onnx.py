@@ -252,3 +252,19 @@ def _fix_ir_bool_where(model: ir.Model) -> bool:
         new.name = old.name
         changed = True
     return changed
+
+
+@register_ir_fix("onnx")
+def _fix_ir_unregistered_constants(model: ir.Model) -> bool:
+    # gemma4 audio: onnxscript 0.7.2's optimizer gives a Clip constant -inf/inf bounds it never registers as
+    # initializers ('mul_322_min_1'); onnx.checker rejects the graph ("Nodes in a graph must be topologically
+    # sorted"): register them.
+    changed = False
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for value in node.inputs:
+            if value is None or value.producer() is not None or value.const_value is None:
+                continue
+            if not value.is_graph_input() and not value.is_initializer():
+                model.graph.register_initializer(value)
+                changed = True
+    return changed
