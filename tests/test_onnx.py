@@ -291,6 +291,28 @@ def test_fix_ir_bool_where_is_needed():
     assert torch.equal(exported(x=x), module(x=x))
 
 
+def test_repeat_interleave_by_a_symbolic_count_needs_its_translation():
+    # instructblipvideo repeats its Q-Former ids once per frame: torchlib's Expand put the count on the wrong axis.
+    def forward(self, ids, frames):
+        frame_count = frames.shape[1]
+        return (
+            ids.repeat_interleave(frame_count, dim=0),
+            ids.repeat_interleave(frame_count),
+            ids.repeat_interleave(3, 1),
+        )
+
+    module = _module(forward)
+    inputs = {"ids": torch.arange(6).view(2, 3), "frames": torch.zeros(2, 4)}
+    with without("_aten_repeat_interleave_self_int"):
+        broken = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
+        with pytest.raises(Exception, match="invalid expand shape"):
+            broken(**inputs)
+    exported = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
+    for ids, frames in [(inputs["ids"], inputs["frames"]), (torch.arange(15).view(3, 5), torch.zeros(3, 2))]:
+        for actual, expected in zip(exported(ids=ids, frames=frames), module(ids, frames), strict=True):
+            assert torch.equal(actual, expected)
+
+
 def test_fix_ir_unregistered_constants_registers_them_as_initializers():
     # The optimizer left gemma4 audio's Clip bounds as constants no initializer holds: the checker rejected the graph.
     import numpy as np

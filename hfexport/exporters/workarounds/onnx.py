@@ -183,6 +183,25 @@ def _aten_sym_floordiv(self: Any, other: Any) -> Any:
     return op.Div(op.Sub(self, op.Mod(self, other)), other)
 
 
+@register_onnx_translation("torch.ops.aten.repeat_interleave.self_int")
+def _aten_repeat_interleave_self_int(self: Any, repeats: Any, dim: int | None = None, output_size: Any = None) -> Any:
+    # instructblipvideo (ids repeated per frame): torchlib (onnxscript 0.7.2) puts a symbolic repeat count at axis dim,
+    # not dim + 1, of its Expand ("invalid expand shape" in onnxruntime): expand a new axis after dim, then merge.
+    if dim is None:
+        self, dim = op.Reshape(self, op.Constant(value_ints=[-1])), 0
+    else:
+        dim %= len(self.shape)
+    count = op.Constant(value_ints=[repeats]) if isinstance(repeats, int) else op.Reshape(repeats, [-1])
+    expanded = op.Expand(
+        op.Unsqueeze(self, [dim + 1]),
+        op.Concat(op.Shape(self, start=0, end=dim + 1), count, op.Shape(self, start=dim + 1), axis=0),
+    )
+    merged = op.Mul(op.Shape(self, start=dim, end=dim + 1), count)
+    return op.Reshape(
+        expanded, op.Concat(op.Shape(self, start=0, end=dim), merged, op.Shape(self, start=dim + 1), axis=0)
+    )
+
+
 @register_onnx_translation("torch.ops.aten._is_all_true.default")
 def _aten_is_all_true(self: Any) -> Any:
     # lfm2_vl (transformers' torch_compilable_check on a tensor condition calls torch._check_tensor_all): it
