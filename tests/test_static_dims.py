@@ -178,16 +178,23 @@ def test_dynamic_export_within_3x_of_static(model_class: str) -> None:
     assert seconds[1] <= 3 * seconds[0], seconds
 
 
-def test_xlstm_sequence_is_declared_static_and_the_gate_varies_only_the_batch() -> None:
-    # xlstm's inference kernels unroll the sequence in Python: undeclared, the second shape failed as "specialized".
+@pytest.mark.parametrize(
+    "model_class", ["xLSTMForCausalLM", pytest.param("Nemotron3_5TranscribeAudioModel", marks=pytest.mark.slow)]
+)
+def test_sequences_unrolled_in_python_are_declared_static_and_the_gate_varies_only_the_batch(model_class: str) -> None:
+    # xlstm's kernels and nemotron3.5's chunked audio encoder loop over time in Python: undeclared, the second shape
+    # failed ("specialized", or a guard on frames // 8).
     from hfexport.gate import checks
 
-    job = {"model_type": "xlstm", "model_class": "xLSTMForCausalLM", "module": None, "backend": "dynamo"}
-    cell = checks.run_cell({**job, "generation": False}, None)
+    job = {"model_type": "", "model_class": model_class, "module": None, "backend": "dynamo", "generation": False}
+    cell = checks.run_cell(job, None)
     assert cell["status"] == "pass", cell.get("error")
     assert cell["second_shape"]["status"] == "pass"
     assert [shape[0] for shape in cell["second_shape"]["inputs"].values()] == [3]
-    assert "_static_sequence_of_xlstm" in cell["workarounds"]
+    assert "_static_sequence_of_python_loops_over_time" in cell["workarounds"]
+
+
+def test_a_runner_names_the_declaration_when_a_declared_static_dim_differs() -> None:
     model = tiny_model("xLSTMForCausalLM", seed=0)
     exported = _export(model, sample_inputs(model))
     assert exported.components["model"]["declared_static_dims"] == {"input_ids": [1]}

@@ -408,11 +408,19 @@ def _static_image_size_of_sam(name: str, value: torch.Tensor) -> tuple[int, ...]
     return _image_size(name, value)
 
 
-@register_static_dims("dynamo", "transformers.models.xlstm.modeling_xlstm.xLSTMModel")
-def _static_sequence_of_xlstm(name: str, value: torch.Tensor) -> tuple[int, ...]:
+@register_static_dims(
+    "dynamo",
+    "transformers.models.xlstm.modeling_xlstm.xLSTMModel",
+    "transformers.models.nemotron3_5_transcribe.modeling_nemotron3_5_transcribe.Nemotron3_5TranscribeAudioModel",
+)
+def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -> tuple[int, ...]:
     # xlstm: inference unrolls the sequence in Python (mlstm_recurrent_sequence_native's `for t in range(S)`, chunk
-    # sizes from `S // chunk_size`), so every sequence length is its own program.
-    return (1,) if name in ("input_ids", "attention_mask", "inputs_embeds") and value.dim() >= 2 else ()
+    # sizes from `S // chunk_size`); nemotron3_5_transcribe's audio tower encodes chunk by chunk, `for start in
+    # range(0, num_frames, chunk_length)` (_get_chunks, guard frames // 8 == 7): every length is its own program.
+    return (1,) if name in _SEQUENCE_INPUTS and value.dim() >= 2 else ()
+
+
+_SEQUENCE_INPUTS = ("input_ids", "attention_mask", "inputs_embeds", "input_features", "input_features_mask")
 
 
 @register_static_dims(
