@@ -361,3 +361,25 @@ def test_pe_audio_video_alignment_as_gather_is_the_models_interpolation(masked: 
         masks["padding_mask"] = torch.arange(13)[None] < torch.tensor([[13], [7], [9]])
     expected = original(None, video_hidden_state=video, audio_hidden_state=audio, **masks)
     assert torch.equal(patched(None, video_hidden_state=video, audio_hidden_state=audio, **masks), expected)
+
+
+def test_a_builtin_shadowed_in_one_module_is_removed_after_the_export() -> None:
+    from transformers.models.neucodec import modeling_neucodec
+
+    with registry.apply_patches("dynamo") as report:
+        assert modeling_neucodec.int("101", 2) == 5 and modeling_neucodec.int(3.7) == 3
+        assert "_patch_int_of_a_size_keeps_it_symbolic" in [entry["name"] for entry in report.installed]
+    assert "int" not in vars(modeling_neucodec)
+
+
+@pytest.mark.slow  # over 20 s
+def test_neucodec_audio_length_stays_dynamic_only_with_int_patched(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `int(input_length * 1.5)` pinned the audio length by a guard: the program failed at any other length.
+    model = tiny_model("NeuCodecModel")
+    inputs = sample_inputs(model)
+    other_length = sample_inputs(model, seed=1, batch_size=3, seq_length=11)
+    with monkeypatch.context() as patched:
+        _without(patched, "dynamo", "_patch_int_of_a_size_keeps_it_symbolic")
+        with pytest.raises(Exception, match="Guard failed"):
+            _export(model, inputs, "dynamo")(**other_length)
+    _assert_matches_eager(model, _export(model, inputs, "dynamo"), other_length)

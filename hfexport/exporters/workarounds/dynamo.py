@@ -188,6 +188,16 @@ def _patch_pe_audio_video_alignment_as_gather(_original: Callable) -> Callable:
     return align
 
 
+@register_patch("dynamo", "transformers.models.neucodec.modeling_neucodec.int")
+def _patch_int_of_a_size_keeps_it_symbolic(original: Callable) -> Callable:
+    # neucodec: `output_length = int(input_length * self.sample_rate_conversion_factor)` makes the output length a
+    # Python int (guard trunc(1.5 * length) == 3360): the program took one audio length; torch.sym_int truncates too.
+    def to_int(value: Any = 0, *args: Any) -> Any:
+        return torch.sym_int(value) if isinstance(value, torch.SymFloat) and not args else original(value, *args)
+
+    return to_int
+
+
 @register_patch("dynamo", f"{_NLLB_MOE}.math")
 def _patch_nllb_moe_ceil_as_sym_ite(original: types.ModuleType) -> Any:
     # nllb_moe (sparse layers): torch.export.save cannot serialize the expert capacity's math.ceil of the token count
