@@ -23,6 +23,7 @@ from hfexport.exporters.exporter_executorch import (
 )
 from hfexport.exporters.workarounds import executorch as executorch_workarounds
 from hfexport.exporters.workarounds import fast_lowering as fast_lowering_workarounds
+from hfexport.exporters.workarounds import kernels as kernel_workarounds
 from hfexport.exporters.workarounds import lowered as lowered_workarounds
 from hfexport.exporters.workarounds import xnnpack as xnnpack_workarounds
 from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
@@ -501,6 +502,144 @@ def test_node_fixes_the_runtime_needs(module, fix, traced, fed, refusal, monkeyp
         run_module(module, traced, fed)
 
 
+class InverseStft(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 18)  # 9 bins of magnitude and phase: n_fft 16
+
+    def forward(self, x):
+        magnitude, phase = self.linear(x).chunk(2, dim=-1)
+        frames = torch.fft.irfft(torch.polar(magnitude.exp(), phase), 16, dim=-1).transpose(1, 2)
+        length = (x.shape[1] - 1) * 4 + 16
+        audio = torch.nn.functional.fold(frames, output_size=(1, length), kernel_size=(1, 16), stride=(1, 4))
+        return audio[:, 0, 0, 6:-6]  # neucodec's ISTFT head: overlap-add, "same" padding
+
+
+class WeightedBags(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(10, 4))
+
+    def forward(self, x):
+        indices = (x.abs() * 10).long() % 10  # kimi_k25's position grid: 16 weighted taps per patch
+        weighted = torch.nn.functional.embedding_bag(indices, self.table, per_sample_weights=x.softmax(-1), mode="sum")
+        bags = [torch.nn.functional.embedding_bag(indices, self.table, mode=mode) for mode in ("mean", "max")]
+        return torch.cat([weighted, *bags], dim=-1)
+
+
+@pytest.mark.parametrize(
+    ("module", "workaround", "traced", "fed"),
+    [
+        # neucodec/xcodec2's ISTFT head: irfft of a polar spectrum (no polar kernel; its fold decomposes).
+        (InverseStft(), "_fix_irfft_of_polar_as_real_dft", torch.randn(2, 5, 4), torch.randn(3, 7, 4)),
+        # kimi_k25's bicubic position resampling: embedding_bag (no kernel) over bags of 16 taps.
+        (WeightedBags(), "_patch_embedding_bag_as_gather", torch.randn(5, 16), torch.randn(9, 16)),
+    ],
+)
+def test_decompositions_of_ops_the_runtime_has_no_kernel_for(module, workaround, traced, fed, monkeypatch):
+    output, metadata = run_module(module, traced, fed)
+    assert workaround in {*metadata["workarounds"]["fixes"], *patch_names(metadata)}
+    torch.testing.assert_close(output, module(fed).detach(), atol=1e-5, rtol=1e-5)
+    without_workaround(monkeypatch, workaround)
+    with pytest.raises(RuntimeError, match=_KERNEL_MISSING):
+        run_module(module, traced, fed)
+
+
+class RandomDraws(torch.nn.Module):
+    def forward(self, x):
+        noise = x + torch.randn_like(x)  # vits's prior sampling
+        keys = torch.randint(x.shape[1], (x.shape[0] * 100,))  # informer's key sampling
+        return noise, torch.rand_like(x), keys, torch.randint(3, 7, (400,))
+
+
+@pytest.mark.parametrize("fix", ["_fix_random_like_as_sized_draw", "_fix_randint_as_scaled_rand"])
+def test_random_draws_run_on_the_runtimes_rand_kernels(fix, monkeypatch):
+    module, traced, fed = RandomDraws(), torch.zeros(2, 5), torch.zeros(30, 40)
+    program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig(dynamic=True))
+    assert fix in metadata["workarounds"]["fixes"]
+    noise, uniform, keys, offset = execute(program, fed)
+    assert noise.shape == uniform.shape == fed.shape and keys.shape == (3000,) and offset.shape == (400,)
+    assert abs(noise.mean()) < 0.1 and abs(noise.std() - 1) < 0.1  # standard normal draws
+    assert uniform.min() >= 0 and uniform.max() < 1 and abs(uniform.mean() - 0.5) < 0.05
+    assert keys.dtype == torch.int64 and set(keys.tolist()) == set(range(40))  # every index, none past the range
+    assert set(offset.tolist()) == {3, 4, 5, 6}
+    without_workaround(monkeypatch, fix)
+    with pytest.raises(RuntimeError, match=_KERNEL_MISSING):
+        run_module(module, traced, fed)
+
+
+class WindowPositions(torch.nn.Module):
+    def forward(self, x, window_index):
+        per_window = x.shape[0] // (x.shape[0] // 4)  # qwen2_5_vl's rows per window: a divisor ranging from 0
+        return torch.arange(window_index.shape[0] * per_window) + x.sum()
+
+
+def test_a_size_divided_by_a_size_gets_a_bound_not_the_traced_size(monkeypatch):
+    module, traced = WindowPositions(), {"x": torch.ones(8, 3), "window_index": torch.arange(2)}
+    fed = [torch.ones(12, 3), torch.arange(6)]  # 6 windows of 4 rows: past the traced 8 positions
+    program, metadata = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
+    assert "_patch_upper_bound_of_a_floor_division" in patch_names(metadata)
+    torch.testing.assert_close(execute(program, *fed)[0], module(*fed))
+    without_workaround(monkeypatch, "_patch_upper_bound_of_a_floor_division")
+    program, _ = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match=_KERNEL_REFUSES):
+        execute(program, *fed)
+
+
+class ValidFrames(torch.nn.Module):
+    def forward(self, x):
+        frames = (x > 0).flatten().nonzero().squeeze(-1)  # qwen3_asr's valid frames
+        return x.flatten()[frames] * 2, (x > 0).nonzero() * 3
+
+
+def test_nonzero_is_traced_as_its_kernel_writes_it(monkeypatch):
+    module, traced, fed = ValidFrames(), torch.randn(2, 5), torch.randn(3, 7)
+    program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig(dynamic=True))
+    assert "_patch_nonzero_written_row_by_row" in patch_names(metadata)
+    for actual, expected in zip(execute(program, fed), module(fed), strict=True):
+        assert torch.equal(actual, expected)
+    without_workaround(monkeypatch, "_patch_nonzero_written_row_by_row")
+    program, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match=_KERNEL_REFUSES):
+        execute(program, fed)
+
+
+class LocationVariableConvolution(torch.nn.Module):
+    def forward(self, hidden, kernel):  # univnet's einsum: its decomposition permutes 7-D tensors
+        return torch.einsum("bildsk,biokl->bolsd", hidden, kernel) * 2
+
+
+def test_xnnpack_leaves_tensors_of_more_than_six_dims_to_portable(monkeypatch):
+    module = LocationVariableConvolution()
+    inputs = {"hidden": torch.randn(2, 3, 4, 1, 5, 2), "kernel": torch.randn(2, 3, 6, 2, 4)}
+    program, metadata = ExecutorchExporter().export_program(module, inputs, ExecutorchConfig())
+    assert "_patch_at_most_six_dims" in patch_names(metadata)
+    torch.testing.assert_close(execute(program, *inputs.values())[0], module(**inputs))
+    without_workaround(monkeypatch, "_patch_at_most_six_dims")
+    program, _ = ExecutorchExporter().export_program(module, inputs, ExecutorchConfig())
+    with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:1$"):
+        execute(program, *inputs.values())
+
+
+class EmptyOfDynamicSize(torch.nn.Module):
+    def forward(self, x):
+        frames = x.new_empty(x.shape[0], x.shape[1] // 2, 2).copy_(x[:, : x.shape[1] // 2 * 2].unflatten(1, (-1, 2)))
+        wrapped = torch.nn.functional.pad(x.unsqueeze(1), (1, 1), mode="circular")  # informer's circular conv
+        return frames * 2, wrapped * 3  # nemotron3_5's frame buffer: new_empty, then filled
+
+
+def test_an_empty_tensor_keeps_its_dynamic_size(monkeypatch):
+    module, traced, fed = EmptyOfDynamicSize(), torch.randn(2, 5), torch.randn(3, 7)
+    program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig(dynamic=True))
+    assert "_patch_dynamic_empty_as_zeros" in patch_names(metadata)
+    for actual, expected in zip(execute(program, fed), module(fed), strict=True):
+        torch.testing.assert_close(actual, expected)
+    without_workaround(monkeypatch, "_patch_dynamic_empty_as_zeros")
+    program, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match=r"set_inputs.* failed with error 0x10"):  # batch 3: planned for 2
+        execute(program, fed)
+
+
 class RepeatToLastPosition(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -667,6 +806,7 @@ def test_every_workaround_is_registered_and_named():
         for key, module in (
             ("executorch", executorch_workarounds),
             ("executorch", fast_lowering_workarounds),
+            ("executorch", kernel_workarounds),
             ("executorch", lowered_workarounds),
             ("executorch.xnnpack", xnnpack_workarounds),
         )

@@ -53,6 +53,7 @@ from .registry import (  # noqa: E402
 from .utils import export_stage  # noqa: E402
 from .workarounds import executorch as _executorch_workarounds  # noqa: E402, F401 - registers "executorch"
 from .workarounds import fast_lowering as _fast_lowering  # noqa: E402, F401 - registers "executorch" lowering swaps
+from .workarounds import kernels as _kernel_workarounds  # noqa: E402, F401 - "executorch" ops without a runtime kernel
 from .workarounds import lowered as _lowered_workarounds  # noqa: E402, F401 - model patches for "executorch"
 from .workarounds import xnnpack as _xnnpack_workarounds  # noqa: E402, F401 - registers "executorch.xnnpack"
 

@@ -1,8 +1,9 @@
 """ExecuTorch workarounds every delegate needs (key ``"executorch"``): xnnpack, portable and cuda programs alike.
 
 Sections follow ``ExecutorchExporter``'s stages: 2 torch patches, 3 ExecuTorch patches, 4 FX program fixes, 5 FX
-node fixes. What only the XNNPACK delegate needs is in ``xnnpack.py``; the lowering swaps ``fast_lowering`` installs
-(speed, not correctness) are in ``fast_lowering.py``.
+node fixes. Decompositions of ops the portable runtime has no kernel for are in ``kernels.py``; what only the XNNPACK
+delegate needs is in ``xnnpack.py``; the lowering swaps ``fast_lowering`` installs (speed, not correctness) are in
+``fast_lowering.py``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.passes.executorch_prim_ops_registry import _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS
 from executorch.exir.sym_util import eval_shape_upper_bound, eval_upper_bound
 from executorch.exir.tensor import determine_tensor_dynanism
 from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, constrain_range, guard_or_false
+from torch.utils._sympy.functions import FloorDiv, Max
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.symbol import SymT, symbol_is_type
+from torch.utils._sympy.value_ranges import bound_sympy
 
 from ..registry import register_fx_node_fix, register_fx_program_fix, register_patch
 
@@ -75,93 +79,19 @@ def _patch_conv3d_as_conv2d(original: Callable) -> Callable:
     return conv3d
 
 
-@register_patch("executorch", "transformers.models.fnet.modeling_fnet.FNetBasicFourierTransform.forward")
-def _patch_fnet_fourier_as_real_dft(original: Callable) -> Callable:
-    # fnet (fftn(x, dim=(1, 2)).real): the runtime has no FFT kernel ("Missing operator: aten::_fft_c2c.out", 0x14 at
-    # load); the real part of a real input's 2-D DFT is C_s x C_h - S_s x S_h, with cos/sin DFT matrices of each size.
-    def forward(self: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor]:
-        if hasattr(self, "dft_mat_hidden") or hidden_states.dim() != 3:  # TPU branch: sliced DFT matrices, kept
-            return original(self, hidden_states)
-        cos_seq, sin_seq = _dft_matrices(hidden_states.shape[1], hidden_states)
-        cos_hidden, sin_hidden = _dft_matrices(hidden_states.shape[2], hidden_states)
-        return (cos_seq @ hidden_states @ cos_hidden - sin_seq @ hidden_states @ sin_hidden,)
+@register_patch("executorch", "torch._subclasses.fake_impls.op_implementations_dict")
+def _patch_nonzero_written_row_by_row(original: dict[Any, Callable]) -> dict[Any, Callable]:
+    # qwen3_asr's valid frames (`mask.flatten().nonzero().squeeze(-1)`): torch traces nonzero's (count, dims) output
+    # with strides (1, count), so ExecuTorch labels it dim order (1, 0) though its kernel writes it row by row, and
+    # the kernels after it refuse it ("2 input tensors have different dim orders", 0x12 at run time); trace it with
+    # the strides the kernel writes (every retrace in lowering runs this fake kernel again).
+    nonzero = original[torch.ops.aten.nonzero.default]
 
-    return forward
+    def nonzero_by_rows(fake_mode: Any, func: Any, arg: torch.Tensor) -> torch.Tensor:
+        indices = nonzero(fake_mode, func, arg)
+        return arg.new_empty_strided(indices.shape, (indices.shape[1], 1), dtype=indices.dtype)
 
-
-def _dft_matrices(size: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The real and minus the imaginary part of the ``size``-point DFT matrix: cos and sin of 2 pi j k / size."""
-    index = torch.arange(size, device=like.device)
-    turns = (index[:, None] * index[None, :]) % size  # exact in integers, before any rounding
-    angle = turns.to(like.dtype) * (2 * math.pi) / size
-    return angle.cos(), angle.sin()
-
-
-@register_patch("executorch", "torch.Tensor.scatter_reduce", "torch.scatter_reduce")
-def _patch_scatter_reduce_as_scatter_add(original: Callable) -> Callable:
-    # tapas (segment min/mean over its flattened cell index): the runtime has no scatter_reduce kernel ("Missing
-    # operator: aten::scatter_reduce.two_out", 0x14 at load); on 1-D tensors a segment's sum is a scatter_add, and
-    # its min or max the scatter_add of the one element no other of its segment beats.
-    def scatter_reduce(
-        input: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, *, include_self: bool = True
-    ) -> torch.Tensor:
-        decomposed = reduce in ("sum", "mean", "amax", "amin") and input.is_floating_point()
-        if not decomposed or (input.dim(), index.dim(), src.dim()) != (1, 1, 1) or src.dtype != input.dtype:
-            return original(input, dim, index, src, reduce, include_self=include_self)
-        zeros = torch.zeros_like(input)
-        counts = zeros.scatter_add(0, index, torch.ones_like(src))
-        if reduce in ("amax", "amin"):
-            reduced = zeros.scatter_add(0, index, src.where(_segment_winners(index, src, reduce == "amax"), 0))
-            if include_self:
-                reduced = (torch.maximum if reduce == "amax" else torch.minimum)(input, reduced)
-        else:
-            reduced = zeros.scatter_add(0, index, src) + (input if include_self else 0)
-            reduced = reduced / (counts + include_self) if reduce == "mean" else reduced
-        return torch.where(counts > 0, reduced, input)
-
-    return scatter_reduce
-
-
-def _segment_winners(index: torch.Tensor, src: torch.Tensor, largest: bool) -> torch.Tensor:
-    """Per element of ``src``: whether it is its segment's max (or min), the first of equal ones."""
-    same_segment = index[:, None] == index[None, :]
-    beats = src[None, :] > src[:, None] if largest else src[None, :] < src[:, None]  # [i, j]: j beats i
-    position = torch.arange(index.shape[0], device=index.device)
-    ties_before = (src[None, :] == src[:, None]) & (position[None, :] < position[:, None])
-    return ~(same_segment & (beats | ties_before)).any(dim=1)
-
-
-@register_patch("executorch", "torch.nn.functional.interpolate")
-def _patch_antialiased_bilinear_as_matmuls(original: Callable) -> Callable:
-    # siglip2 (position embeddings resized to each image's patch grid, a size read from data): the runtime's
-    # _upsample_bilinear2d_aa kernel checks its output against that size before resizing it ("Check failed
-    # (out.size(2) == output_size[0])", 0x12); the same resize is two matmuls by the filter's weight matrices.
-    def interpolate(
-        input: torch.Tensor,
-        size: Any = None,
-        scale_factor: Any = None,
-        mode: str = "nearest",
-        align_corners: bool | None = None,
-        recompute_scale_factor: bool | None = None,
-        antialias: bool = False,
-    ) -> torch.Tensor:
-        if not antialias or mode != "bilinear" or align_corners or size is None or input.dim() != 4:
-            return original(input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias)
-        height, width = (size, size) if isinstance(size, int) else size
-        rows = _antialias_weights(input.shape[2], height, input)
-        columns = _antialias_weights(input.shape[3], width, input)
-        return rows @ input @ columns.T
-
-    return interpolate
-
-
-def _antialias_weights(in_size: Any, out_size: Any, like: torch.Tensor) -> torch.Tensor:
-    """(out_size, in_size) weights of torch's antialiased bilinear resize: a triangle filter widened by the scale."""
-    scale = torch.full((), in_size, dtype=like.dtype, device=like.device) / out_size
-    centers = (torch.arange(out_size, device=like.device).to(like.dtype) + 0.5) * scale
-    taps = torch.arange(in_size, device=like.device).to(like.dtype) + 0.5
-    weights = (1 - ((taps[None, :] - centers[:, None]) / scale.clamp(min=1)).abs()).clamp(min=0)
-    return weights / weights.sum(dim=1, keepdim=True)
+    return {**original, torch.ops.aten.nonzero.default: nonzero_by_rows}
 
 
 # ── ExecuTorch patches (stage 3) ──
@@ -225,6 +155,47 @@ def _dynamism(node: torch.fx.Node) -> Any:
 
 def _upper_bound_numel(node: torch.fx.Node) -> int:
     return math.prod(eval_shape_upper_bound(node.meta["val"].shape))
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.sym_util.eval_upper_bound",
+    "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
+)
+def _patch_upper_bound_of_a_floor_division(original: Callable) -> Callable:
+    # qwen2_5_vl, exaone4_5 vision towers (dynamic; windows of `rows // (rows // 4)` rows): a divisor whose range
+    # starts at 0 leaves the size unbounded, and ExecuTorch then plans the traced size as its capacity ("Attempted to
+    # resize a bounded tensor with a maximum capacity of 32 elements to 48", 0x12 at the second shape); a size is
+    # never divided by 0 (eager would have failed), so bound it with every divisor at least 1.
+    def eval_upper_bound(maybe_symint: Any) -> int:
+        if isinstance(maybe_symint, torch.SymInt) and maybe_symint.node.expr.has(FloorDiv):
+            expr, ranges = maybe_symint.node.expr, maybe_symint.node.shape_env.var_to_range
+            if bound_sympy(expr, ranges).upper is int_oo:
+                upper = bound_sympy(expr.replace(FloorDiv, lambda a, b: FloorDiv(a, Max(b, 1))), ranges).upper
+                if upper is not int_oo and upper.is_Integer:
+                    return int(upper)
+        return original(maybe_symint)
+
+    return eval_upper_bound
+
+
+@register_patch("executorch", "executorch.exir.passes.memory_format_ops_pass.MemoryFormatOpsPass.call_operator")
+def _patch_dynamic_empty_as_zeros(original: Callable) -> Callable:
+    # nemotron3_5 (dynamic; `new_empty(batch, frames, hidden)`), informer (circular conv padding decomposes to an
+    # empty): ExecuTorch swaps aten.empty for its dim order op, whose sizes are int[], not SymInt[], so the swap pins
+    # each dynamic size to the traced one (batch 2 planned: "Attempted to resize a bounded tensor with a maximum
+    # capacity of 3584 elements to 4224", 0x10 at the second shape); an empty tensor of dynamic size is filled with
+    # zeros instead (any content is an empty's), by a kernel that takes symbolic sizes.
+    def call_operator(self: Any, op: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
+        if op is not exir_ops.edge.aten.empty.memory_format:
+            return original(self, op, args, kwargs, meta)
+        contiguous = kwargs.get("memory_format") in (None, torch.contiguous_format)
+        if contiguous and any(isinstance(getattr(size, "data", size), torch.SymInt) for size in args[0]):
+            options = {key: value for key, value in kwargs.items() if key != "memory_format"}
+            return original(self, exir_ops.edge.aten.full.default, (args[0], 0), options, meta)
+        return original(self, op, args, kwargs, meta)
+
+    return call_operator
 
 
 # ── FX program fixes (stage 4) ──
@@ -392,53 +363,6 @@ def _fix_int32_index_as_int64(graph_module: torch.fx.GraphModule, node: torch.fx
     with graph_module.graph.inserting_before(node):
         cast = _call_with_value(graph_module.graph, torch.ops.aten._to_copy.default, index, dtype=torch.int64)
     node.replace_input_with(index, cast)
-    return True
-
-
-_UNSTABLE_SORTS = (torch.ops.aten.sort.default, torch.ops.aten.argsort.default)
-
-
-@register_fx_node_fix("executorch")
-def _fix_sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    # vjepa2's token argsort, jetmoe's expert grouping: the runtime has no sort kernel ("Missing operator:
-    # aten::sort.values", 0x14 at load); a sorted topk of the whole dimension orders the same (stable sorts stay).
-    # Upstream: ExecuTorch's portable kernels have topk but no sort.
-    if node.target not in _UNSTABLE_SORTS:
-        return False
-    source, dim, descending = node.args[0], *_sort_arguments(*node.args[1:], **node.kwargs)
-    graph, length = graph_module.graph, source.meta["val"].shape[dim]
-    with graph.inserting_before(node):
-        if isinstance(length, torch.SymInt):
-            length = _call_with_value(graph, torch.ops.aten.sym_size.int, source, dim)
-        topk = _call_with_value(graph, torch.ops.aten.topk.default, source, length, dim, descending, True)
-        if node.target is torch.ops.aten.argsort.default:
-            topk = _call_with_value(graph, operator.getitem, topk, 1)
-    node.replace_all_uses_with(topk)
-    graph.erase_node(node)
-    return True
-
-
-def _sort_arguments(dim: int = -1, descending: bool = False) -> tuple[int, bool]:
-    return dim, descending
-
-
-@register_fx_node_fix("executorch")
-def _fix_bucketize_as_count(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    # idefics3/smolvlm's patch positions: the runtime has no bucketize kernel ("Missing operator:
-    # aten::bucketize.Tensor_out", 0x14 at load); a value's bucket is the number of boundaries below it (or at it,
-    # with right=True). Upstream: ExecuTorch's portable kernels have no bucketize.
-    if node.target is not torch.ops.aten.bucketize.Tensor:
-        return False
-    values, boundaries = node.args[:2]
-    below = torch.ops.aten.ge.Tensor if node.kwargs.get("right", False) else torch.ops.aten.gt.Tensor
-    dtype = torch.int32 if node.kwargs.get("out_int32", False) else torch.int64
-    graph = graph_module.graph
-    with graph.inserting_before(node):
-        column = _call_with_value(graph, torch.ops.aten.unsqueeze.default, values, -1)
-        passed = _call_with_value(graph, below, column, boundaries)
-        count = _call_with_value(graph, torch.ops.aten.sum.dim_IntList, passed, [-1], False, dtype=dtype)
-    node.replace_all_uses_with(count)
-    graph.erase_node(node)
     return True
 
 

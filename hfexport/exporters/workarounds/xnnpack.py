@@ -145,6 +145,25 @@ def _patch_max_dim_two_or_three(original: Callable) -> Callable:
     return _declining(original, lambda node: node.args[1] not in (2, 3))
 
 
+# XNN_MAX_TENSOR_DIMS in XNNPACK's xnnpack.h: the most dimensions a tensor of its runtime has.
+_XNNPACK_MAX_DIMS = 6
+
+
+@register_patch(
+    "executorch.xnnpack",
+    "executorch.backends.xnnpack.partition.config.xnnpack_config.XNNPartitionerConfig.check_common_constraints",
+)
+def _patch_at_most_six_dims(original: Callable) -> Callable:
+    # univnet (location-variable convolution, an einsum of 6-D operands): einsum's decomposition unsqueezes them to
+    # 7-D and the partitioner takes the permutes between, which XNNPACK's runtime cannot define ("Failed to define
+    # tensor 0 with code: xnn_status_unsupported_parameter", 0x1 at load); leave such nodes to the portable kernels.
+    def more_dims(node: torch.fx.Node) -> bool:
+        values = [node.meta.get("val"), *(source.meta.get("val") for source in node.all_input_nodes)]
+        return any(isinstance(value, torch.Tensor) and value.dim() > _XNNPACK_MAX_DIMS for value in values)
+
+    return _declining(original, more_dims)
+
+
 def _declining(original: Callable, declined: Callable[[torch.fx.Node], bool]) -> Callable:
     """An XNNPACK partitioner ``check_constraints`` that also turns down the nodes ``declined`` picks."""
 

@@ -1,0 +1,318 @@
+"""ExecuTorch: ops its portable runtime has no kernel for (key ``"executorch"``), rewritten into ops it has.
+
+A model whose program loads with "Missing operator: aten::<op>.out" (error 0x14) gets a decomposition here: a torch
+patch (stage 2) where the op is a Python-level call, an FX node fix (stage 5) where it only appears in the traced
+graph. Each keeps eager's numerics (exact or to float rounding) and says which models need it.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..registry import register_fx_node_fix, register_patch
+from .executorch import _call_with_value
+
+# ── Torch patches (stage 2) ──
+
+
+@register_patch("executorch", "transformers.models.fnet.modeling_fnet.FNetBasicFourierTransform.forward")
+def _patch_fnet_fourier_as_real_dft(original: Callable) -> Callable:
+    # fnet (fftn(x, dim=(1, 2)).real): the runtime has no FFT kernel ("Missing operator: aten::_fft_c2c.out", 0x14 at
+    # load); the real part of a real input's 2-D DFT is C_s x C_h - S_s x S_h, with cos/sin DFT matrices of each size.
+    def forward(self: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor]:
+        if hasattr(self, "dft_mat_hidden") or hidden_states.dim() != 3:  # TPU branch: sliced DFT matrices, kept
+            return original(self, hidden_states)
+        cos_seq, sin_seq = _dft_matrices(hidden_states.shape[1], hidden_states)
+        cos_hidden, sin_hidden = _dft_matrices(hidden_states.shape[2], hidden_states)
+        return (cos_seq @ hidden_states @ cos_hidden - sin_seq @ hidden_states @ sin_hidden,)
+
+    return forward
+
+
+def _dft_matrices(size: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The real and minus the imaginary part of the ``size``-point DFT matrix: cos and sin of 2 pi j k / size."""
+    index = torch.arange(size, device=like.device)
+    turns = (index[:, None] * index[None, :]) % size  # exact in integers, before any rounding
+    angle = turns.to(like.dtype) * (2 * math.pi) / size
+    return angle.cos(), angle.sin()
+
+
+@register_patch("executorch", "torch.Tensor.scatter_reduce", "torch.scatter_reduce")
+def _patch_scatter_reduce_as_scatter_add(original: Callable) -> Callable:
+    # tapas (segment min/mean over its flattened cell index): the runtime has no scatter_reduce kernel ("Missing
+    # operator: aten::scatter_reduce.two_out", 0x14 at load); on 1-D tensors a segment's sum is a scatter_add, and
+    # its min or max the scatter_add of the one element no other of its segment beats.
+    def scatter_reduce(
+        input: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, reduce: str, *, include_self: bool = True
+    ) -> torch.Tensor:
+        decomposed = reduce in ("sum", "mean", "amax", "amin") and input.is_floating_point()
+        if not decomposed or (input.dim(), index.dim(), src.dim()) != (1, 1, 1) or src.dtype != input.dtype:
+            return original(input, dim, index, src, reduce, include_self=include_self)
+        zeros = torch.zeros_like(input)
+        counts = zeros.scatter_add(0, index, torch.ones_like(src))
+        if reduce in ("amax", "amin"):
+            reduced = zeros.scatter_add(0, index, src.where(_segment_winners(index, src, reduce == "amax"), 0))
+            if include_self:
+                reduced = (torch.maximum if reduce == "amax" else torch.minimum)(input, reduced)
+        else:
+            reduced = zeros.scatter_add(0, index, src) + (input if include_self else 0)
+            reduced = reduced / (counts + include_self) if reduce == "mean" else reduced
+        return torch.where(counts > 0, reduced, input)
+
+    return scatter_reduce
+
+
+def _segment_winners(index: torch.Tensor, src: torch.Tensor, largest: bool) -> torch.Tensor:
+    """Per element of ``src``: whether it is its segment's max (or min), the first of equal ones."""
+    same_segment = index[:, None] == index[None, :]
+    beats = src[None, :] > src[:, None] if largest else src[None, :] < src[:, None]  # [i, j]: j beats i
+    position = torch.arange(index.shape[0], device=index.device)
+    ties_before = (src[None, :] == src[:, None]) & (position[None, :] < position[:, None])
+    return ~(same_segment & (beats | ties_before)).any(dim=1)
+
+
+@register_patch("executorch", "torch.nn.functional.interpolate")
+def _patch_antialiased_bilinear_as_matmuls(original: Callable) -> Callable:
+    # siglip2 (position embeddings resized to each image's patch grid, a size read from data): the runtime's
+    # _upsample_bilinear2d_aa kernel checks its output against that size before resizing it ("Check failed
+    # (out.size(2) == output_size[0])", 0x12); the same resize is two matmuls by the filter's weight matrices.
+    def interpolate(
+        input: torch.Tensor,
+        size: Any = None,
+        scale_factor: Any = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+        recompute_scale_factor: bool | None = None,
+        antialias: bool = False,
+    ) -> torch.Tensor:
+        if not antialias or mode != "bilinear" or align_corners or size is None or input.dim() != 4:
+            return original(input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias)
+        height, width = (size, size) if isinstance(size, int) else size
+        rows = _antialias_weights(input.shape[2], height, input)
+        columns = _antialias_weights(input.shape[3], width, input)
+        return rows @ input @ columns.T
+
+    return interpolate
+
+
+def _antialias_weights(in_size: Any, out_size: Any, like: torch.Tensor) -> torch.Tensor:
+    """(out_size, in_size) weights of torch's antialiased bilinear resize: a triangle filter widened by the scale."""
+    scale = torch.full((), in_size, dtype=like.dtype, device=like.device) / out_size
+    centers = (torch.arange(out_size, device=like.device).to(like.dtype) + 0.5) * scale
+    taps = torch.arange(in_size, device=like.device).to(like.dtype) + 0.5
+    weights = (1 - ((taps[None, :] - centers[:, None]) / scale.clamp(min=1)).abs()).clamp(min=0)
+    return weights / weights.sum(dim=1, keepdim=True)
+
+
+@register_patch("executorch", "torch.nn.functional.embedding_bag")
+def _patch_embedding_bag_as_gather(original: Callable) -> Callable:
+    # kimi_k25 (position grid resampled as a weighted embedding_bag): the runtime has no embedding_bag kernel
+    # ("Missing operator: aten::_embedding_bag.out", 0x14 at load); bags of equal size (a 2-D input) are a gather of
+    # their rows, weighted, then reduced over the bag.
+    def embedding_bag(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        offsets: torch.Tensor | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        per_sample_weights: torch.Tensor | None = None,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+    ) -> torch.Tensor:
+        if input.dim() != 2 or (offsets, max_norm, padding_idx) != (None,) * 3 or mode not in ("sum", "mean", "max"):
+            return original(
+                input,
+                weight,
+                offsets,
+                max_norm,
+                norm_type,
+                scale_grad_by_freq,
+                mode,
+                sparse,
+                per_sample_weights,
+                include_last_offset,
+                padding_idx,
+            )
+        rows = torch.nn.functional.embedding(input, weight)
+        if per_sample_weights is not None:  # mode "sum" only
+            rows = rows * per_sample_weights.unsqueeze(-1)
+        return {"sum": rows.sum, "mean": rows.mean, "max": rows.amax}[mode](dim=1)
+
+    return embedding_bag
+
+
+# ── FX node fixes (stage 5) ──
+
+
+_UNSTABLE_SORTS = (torch.ops.aten.sort.default, torch.ops.aten.argsort.default)
+
+
+@register_fx_node_fix("executorch")
+def _fix_sort_as_topk(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # vjepa2's token argsort, jetmoe's expert grouping: the runtime has no sort kernel ("Missing operator:
+    # aten::sort.values", 0x14 at load); a sorted topk of the whole dimension orders the same (stable sorts stay).
+    # Upstream: ExecuTorch's portable kernels have topk but no sort.
+    if node.target not in _UNSTABLE_SORTS:
+        return False
+    source, dim, descending = node.args[0], *_sort_arguments(*node.args[1:], **node.kwargs)
+    graph, length = graph_module.graph, source.meta["val"].shape[dim]
+    with graph.inserting_before(node):
+        if isinstance(length, torch.SymInt):
+            length = _call_with_value(graph, torch.ops.aten.sym_size.int, source, dim)
+        topk = _call_with_value(graph, torch.ops.aten.topk.default, source, length, dim, descending, True)
+        if node.target is torch.ops.aten.argsort.default:
+            topk = _call_with_value(graph, operator.getitem, topk, 1)
+    node.replace_all_uses_with(topk)
+    graph.erase_node(node)
+    return True
+
+
+def _sort_arguments(dim: int = -1, descending: bool = False) -> tuple[int, bool]:
+    return dim, descending
+
+
+@register_fx_node_fix("executorch")
+def _fix_bucketize_as_count(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # idefics3/smolvlm's patch positions: the runtime has no bucketize kernel ("Missing operator:
+    # aten::bucketize.Tensor_out", 0x14 at load); a value's bucket is the number of boundaries below it (or at it,
+    # with right=True). Upstream: ExecuTorch's portable kernels have no bucketize.
+    if node.target is not torch.ops.aten.bucketize.Tensor:
+        return False
+    values, boundaries = node.args[:2]
+    below = torch.ops.aten.ge.Tensor if node.kwargs.get("right", False) else torch.ops.aten.gt.Tensor
+    dtype = torch.int32 if node.kwargs.get("out_int32", False) else torch.int64
+    graph = graph_module.graph
+    with graph.inserting_before(node):
+        column = _call_with_value(graph, torch.ops.aten.unsqueeze.default, values, -1)
+        passed = _call_with_value(graph, below, column, boundaries)
+        count = _call_with_value(graph, torch.ops.aten.sum.dim_IntList, passed, [-1], False, dtype=dtype)
+    node.replace_all_uses_with(count)
+    graph.erase_node(node)
+    return True
+
+
+_INVERSE_REAL_FFTS = (torch.ops.aten.fft_irfft.default, torch.ops.aten._fft_c2r.default)
+
+
+@register_fx_node_fix("executorch")
+def _fix_irfft_of_polar_as_real_dft(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # neucodec, xcodec2 (the vocos ISTFT head, irfft(polar(magnitude, phase))): the runtime has no polar kernel nor
+    # any other way to make the complex tensor its FFT takes ("Missing operator: aten::polar.out", 0x14 at load); the
+    # inverse real DFT of magnitude x (cos, sin) of the phase is two matmuls by cos/sin DFT matrices.
+    spectrum = node.args[0] if node.target in _INVERSE_REAL_FFTS else None
+    if not isinstance(spectrum, torch.fx.Node) or spectrum.target is not torch.ops.aten.polar.default:
+        return False
+    magnitude, phase = spectrum.args
+    bins, rank = magnitude.meta["val"].shape[-1], magnitude.meta["val"].dim()
+    length, dim, scale = _irfft_arguments(node, bins)
+    if dim not in (-1, rank - 1) or not isinstance(bins, int) or not isinstance(length, int):
+        return False
+    used = min(bins, length // 2 + 1)  # irfft drops the bins past the Nyquist one, and zero-pads missing ones
+    value, graph = node.meta["val"], graph_module.graph
+
+    def call(target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        return _call_with_value(graph, target, *args, **kwargs)
+
+    aten = torch.ops.aten
+    with graph.inserting_before(node), value.fake_mode:
+        if used < bins:
+            magnitude, phase = (call(aten.slice.Tensor, part, -1, 0, used) for part in (magnitude, phase))
+        real = call(aten.mul.Tensor, magnitude, call(aten.cos.default, phase))
+        imaginary = call(aten.mul.Tensor, magnitude, call(aten.sin.default, phase))
+        frequency = call(aten.arange.default, used, dtype=torch.int64)
+        time = call(aten.arange.default, length, dtype=torch.int64)
+        turns = call(aten.mul.Tensor, call(aten.unsqueeze.default, frequency, 1), time)
+        turns = call(aten.remainder.Scalar, turns, length)  # exact in integers, before any rounding
+        angle = call(aten.mul.Tensor, call(aten._to_copy.default, turns, dtype=value.dtype), 2 * math.pi / length)
+        # Every bin stands for itself and its mirror image, but the DC and Nyquist ones: k * (n - 2k) == 0.
+        mirrored = call(aten.mul.Tensor, frequency, call(aten.rsub.Scalar, call(aten.mul.Tensor, frequency, 2), length))
+        single = call(aten._to_copy.default, call(aten.eq.Scalar, mirrored, 0), dtype=value.dtype)
+        weight = call(aten.unsqueeze.default, call(aten.mul.Tensor, call(aten.rsub.Scalar, single, 2), scale), 1)
+        cosines = call(aten.mul.Tensor, call(aten.cos.default, angle), weight)
+        sines = call(aten.mul.Tensor, call(aten.sin.default, angle), weight)
+        signal = call(
+            aten.sub.Tensor, call(aten.matmul.default, real, cosines), call(aten.matmul.default, imaginary, sines)
+        )
+    node.replace_all_uses_with(signal)
+    graph.erase_node(node)
+    return True
+
+
+def _irfft_arguments(node: torch.fx.Node, bins: Any) -> tuple[Any, int | None, float]:
+    """(output length, dim, scale) of an ``fft_irfft`` or ``_fft_c2r`` node; dim None for several dims, length a
+    SymInt where it is not static."""
+    if node.target is torch.ops.aten._fft_c2r.default:
+        dims, normalization, length = node.args[1:4]
+        norm = ("forward", "ortho", "backward")[normalization]  # fft_norm_mode none, by_root_n, by_n, as inverse
+        dim = dims[0] if len(dims) == 1 else None
+    else:
+        length, dim, norm = _irfft_options(*node.args[1:], **node.kwargs)
+        length = 2 * (bins - 1) if length is None else length
+    if not isinstance(length, int):
+        return length, dim, 1.0
+    return length, dim, {"backward": 1 / length, "ortho": length**-0.5, "forward": 1.0}[norm]
+
+
+def _irfft_options(n: Any = None, dim: int = -1, norm: str | None = "backward") -> tuple[Any, int, str | None]:
+    return n, dim, norm or "backward"
+
+
+_SIZED_DRAWS = {
+    torch.ops.aten.randn_like.default: torch.ops.aten.randn.default,
+    torch.ops.aten.rand_like.default: torch.ops.aten.rand.default,
+}
+
+
+@register_fx_node_fix("executorch")
+def _fix_random_like_as_sized_draw(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # vits's prior sampling, vibevoice's latent noise (randn_like): the runtime has randn and rand kernels but none
+    # for their _like forms ("Missing operator: aten::randn_like.out", 0x14 at load); draw at the input's sizes.
+    draw = _SIZED_DRAWS.get(node.target)
+    if draw is None:
+        return False
+    value, graph = node.meta["val"], graph_module.graph
+    with graph.inserting_before(node), value.fake_mode:
+        sizes = _sizes(graph, node.args[0])
+        sized = _call_with_value(graph, draw, sizes, dtype=value.dtype, device=value.device)
+    node.replace_all_uses_with(sized)
+    graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("executorch")
+def _fix_randint_as_scaled_rand(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # informer's ProbSparse attention samples keys with torch.randint: the runtime has no randint kernel ("Missing
+    # operator: aten::randint.low_out", 0x14 at load); low + floor(rand * (high - low)) draws the same uniform
+    # integers from its rand kernel (in float64: exact for ranges up to 2**53).
+    if node.target not in (torch.ops.aten.randint.default, torch.ops.aten.randint.low):
+        return False
+    low, high, size = (0, *node.args[:2]) if node.target is torch.ops.aten.randint.default else node.args[:3]
+    value, graph = node.meta["val"], graph_module.graph
+    with graph.inserting_before(node), value.fake_mode:
+        count = high if low == 0 else _call_with_value(graph, operator.sub, high, low)
+        uniform = _call_with_value(graph, torch.ops.aten.rand.default, size, dtype=torch.float64)
+        scaled = _call_with_value(graph, torch.ops.aten.mul.Tensor, uniform, count)
+        drawn = _call_with_value(graph, torch.ops.aten.floor.default, scaled)
+        drawn = _call_with_value(graph, torch.ops.aten._to_copy.default, drawn, dtype=value.dtype)
+        if low != 0:
+            drawn = _call_with_value(graph, torch.ops.aten.add.Tensor, drawn, low)
+    node.replace_all_uses_with(drawn)
+    graph.erase_node(node)
+    return True
+
+
+def _sizes(graph: torch.fx.Graph, source: torch.fx.Node) -> list[Any]:
+    """``source``'s sizes as graph arguments: ints where static, ``sym_size`` nodes where dynamic."""
+    shape = source.meta["val"].shape
+    return [
+        _call_with_value(graph, torch.ops.aten.sym_size.int, source, dim) if isinstance(size, torch.SymInt) else size
+        for dim, size in enumerate(shape)
+    ]
