@@ -281,3 +281,18 @@ def test_gate_records_generation_as_skipped_when_eager_cannot_generate_text() ->
     assert cell["status"] == "pass", cell["error"]
     assert cell["generation"]["status"] == "skipped"
     assert "eager generate() fails" in cell["generation"]["detail"]
+
+
+def test_a_decoder_without_past_key_values_is_declined_and_the_gate_says_so() -> None:
+    # xLSTM keeps its recurrent state in cache_params: reading past_key_values raised AttributeError, a tool error.
+    from hfexport.exporters.generation.export import _eager_cache
+    from hfexport.gate.checks import run_cell
+
+    model = tiny_model("xLSTMForCausalLM")
+    with pytest.raises(NotImplementedError, match="returns no transformers Cache"):
+        _eager_cache(model, sample_inputs(model))
+    job = {"model_type": "xlstm", "model_class": "xLSTMForCausalLM", "module": None, "backend": "dynamo"}
+    cell = run_cell({**job, "generation": True}, None)
+    assert cell["status"] == "pass", cell["error"]
+    assert cell["generation"]["status"] == "skipped"
+    assert "returns no transformers Cache" in cell["generation"]["detail"]

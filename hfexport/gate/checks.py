@@ -432,8 +432,9 @@ def _check_generation(
     with step(f"{backend} · generation", timings, "generation"):
         try:
             exported = export(model, copy.deepcopy(inputs), backend, True)
-        except NotImplementedError:
-            return  # a decoder the generation exporter declines (e.g. no Cache returned): nothing to compare
+        except NotImplementedError as declined:  # a decoder the generation exporter declines (no Cache returned)
+            cell["generation"] = {"status": "skipped", "detail": f"not compared: {first_line(declined)[:300]}"}
+            return
         # The same stopping rule as eager's: no EOS before GENERATION_TOKENS new tokens.
         produced = exported.generate(input_ids, max_new_tokens=GENERATION_TOKENS, min_new_tokens=GENERATION_TOKENS)
         produced = produced if isinstance(produced, torch.Tensor) else torch.as_tensor(produced)

@@ -150,7 +150,8 @@ def export_generation_components(
 
 def _eager_cache(model: PreTrainedModel, inputs: dict[str, Any]) -> Cache:
     with torch.no_grad():
-        cache = model(**inputs, use_cache=True).past_key_values
+        # Recurrent models keep their state elsewhere (xLSTM's cache_params): no past_key_values at all.
+        cache = getattr(model(**inputs, use_cache=True), "past_key_values", None)
     if isinstance(cache, EncoderDecoderCache):
         cache = cache.self_attention_cache
     if not isinstance(cache, Cache):
