@@ -205,7 +205,8 @@ def test_a_runner_names_the_declaration_when_a_declared_static_dim_differs() -> 
 @pytest.mark.parametrize(
     ("model_class", "declaration"),
     [
-        ("Lfm2VlModel", "_static_image_count_of_lfm2_vl"),
+        ("Lfm2VlModel", "_static_image_count_of_per_image_loops"),
+        ("Siglip2VisionModel", "_static_image_count_of_per_image_loops"),
         ("HunYuanVLVisionTransformer", "_static_image_count_of_towers_looping_over_images"),
         pytest.param("Lfm3VlVisionModel", "_static_image_count_of_towers_looping_over_images", marks=pytest.mark.slow),
     ],
