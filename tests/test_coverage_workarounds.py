@@ -253,6 +253,18 @@ def test_rt_detr_batch_stays_dynamic_only_with_len_patched(monkeypatch: pytest.M
     assert len([1, 2]) == 2  # the builtin is back once the export is done
 
 
+def test_cpmant_sequence_stays_dynamic_only_with_its_padding_mask_patched(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The left-padding mask built from a Python list as long as the text pinned the sequence to the traced 7.
+    model = tiny_model("CpmAntForCausalLM")
+    inputs = sample_inputs(model)
+    with monkeypatch.context() as patched:
+        _without(patched, "dynamo", "_patch_cpmant_padding_mask_from_arange")
+        assert "1" not in _export(model, inputs, "dynamo").components["model"]["dynamic_dims"]["input_ids"]
+    exported = _export(model, inputs, "dynamo")
+    assert "1" in exported.components["model"]["dynamic_dims"]["input_ids"]
+    _assert_matches_eager(model, exported, sample_inputs(model, seed=1, batch_size=3, seq_length=11))
+
+
 def test_packed_attention_keeps_each_image_to_its_own_rows() -> None:
     # Traced at two images of one size, run at three of three sizes: each attends only to its own rows, as eager.
     model = tiny_model("Qwen3VLVisionModel")

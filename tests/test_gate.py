@@ -336,7 +336,17 @@ def test_compare_lines_up_numbers_with_runtime_tensors() -> None:
     runtime = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(8)), (4, 4))}
     assert checks.compare(eager, runtime, 1e-4) == (0.0, 0.0, None)
     wrong = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(7)), (4, 4))}
-    assert checks.compare(eager, wrong, 1e-4)[2] == "sizes.0.1: max abs diff 1 > 0.0001"
+    assert checks.compare(eager, wrong, 1e-4)[2] == "sizes.0.1: max abs diff 1 > 0.0001 (relative 0.125)"
+
+
+def test_compare_scales_the_tolerance_with_large_outputs() -> None:
+    # Float error grows with the values: 1.3e-4 on outputs of 30 is a match (relative 4e-6), on outputs of 1 it is not.
+    large, small = torch.tensor([30.0, -12.0]), torch.tensor([1.0, -0.5])
+    assert checks.compare({"x": large}, {"x": large + 1.3e-4}, 1e-4)[2] is None
+    max_abs, max_rel, problem = checks.compare({"x": small}, {"x": small + 1.3e-4}, 1e-4)
+    assert problem == f"x: max abs diff {max_abs:.3g} > 0.0001 (relative {max_rel:.3g})"
+    # Each output on its own scale: a large one does not excuse a small one.
+    assert checks.compare({"a": large, "b": small}, {"a": large, "b": small + 1.3e-4}, 1e-4)[2].startswith("b: ")
 
 
 def test_compare_passes_nan_and_inf_only_where_eager_has_the_same() -> None:

@@ -179,11 +179,20 @@ def test_dynamic_export_within_3x_of_static(model_class: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "model_class", ["xLSTMForCausalLM", pytest.param("Nemotron3_5TranscribeAudioModel", marks=pytest.mark.slow)]
+    ("model_class", "declaration"),
+    [
+        ("xLSTMForCausalLM", "_static_sequence_of_python_loops_over_time"),
+        pytest.param(
+            "Nemotron3_5TranscribeAudioModel", "_static_sequence_of_python_loops_over_time", marks=pytest.mark.slow
+        ),
+        pytest.param("BltForCausalLM", "_static_sequence_of_entropy_patching", marks=pytest.mark.slow),
+    ],
 )
-def test_sequences_unrolled_in_python_are_declared_static_and_the_gate_varies_only_the_batch(model_class: str) -> None:
-    # xlstm's kernels and nemotron3.5's chunked audio encoder loop over time in Python: undeclared, the second shape
-    # failed ("specialized", or a guard on frames // 8).
+def test_sequences_unrolled_in_python_are_declared_static_and_the_gate_varies_only_the_batch(
+    model_class: str, declaration: str
+) -> None:
+    # xlstm's kernels and nemotron3.5's chunked audio encoder loop over time in Python, blt sizes its byte patches by
+    # .item(): undeclared, the second shape failed ("specialized", or a guard on frames // 8).
     from hfexport.gate import checks
 
     job = {"model_type": "", "model_class": model_class, "module": None, "backend": "dynamo", "generation": False}
@@ -191,7 +200,20 @@ def test_sequences_unrolled_in_python_are_declared_static_and_the_gate_varies_on
     assert cell["status"] == "pass", cell.get("error")
     assert cell["second_shape"]["status"] == "pass"
     assert [shape[0] for shape in cell["second_shape"]["inputs"].values()] == [3]
-    assert "_static_sequence_of_python_loops_over_time" in cell["workarounds"]
+    assert declaration in cell["workarounds"]
+
+
+def test_xcodec_declares_its_audio_length_static(monkeypatch: pytest.MonkeyPatch) -> None:
+    # encode branches in Python on two frame counts: dynamic, torch's dim solver fails on ((s2/40)//8).
+    model = tiny_model("XcodecModel", seed=0)
+    exported = _export(model, sample_inputs(model))
+    assert exported.components["model"]["declared_static_dims"] == {"input_values": [2]}
+    batch_of_3 = sample_inputs(model, batch_size=3, seed=1)
+    with torch.no_grad():
+        assert max_abs_diff(exported(**batch_of_3), model(**batch_of_3)) <= 1e-4
+    _without(monkeypatch, "_static_audio_length_of_frame_count_branch")
+    with pytest.raises(ExportStageError, match=r"torch\.export trace"):
+        _export(model, sample_inputs(model))
 
 
 def test_a_runner_names_the_declaration_when_a_declared_static_dim_differs() -> None:

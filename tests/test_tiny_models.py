@@ -560,9 +560,10 @@ def _dynamo_round_trip_diffs(model: PreTrainedModel, directory: Path) -> list[fl
 # Inputs and configs that only a trace tells apart from eager's: the drafter's mask over context and noise block
 # (without it the traced mask covers the noise block alone), multi-head attention where v_proj is as wide as the
 # query heads (a grouped config runs eagerly through SDPA's enable_gqa, then fails traced once keys are repeated), and
-# a prefix LM's token types (without them eager attends bidirectionally, the trace causally).
+# a prefix LM's token types (without them eager attends bidirectionally, the trace causally), and a padded row where
+# eager drops an unpadded causal mask (Aimv2).
 @pytest.mark.parametrize(
-    "name", ["MuseGlimmerAssistantModel", "Nemotron3_5TranscribeWordTimestampModel", "PaliGemmaModel"]
+    "name", ["MuseGlimmerAssistantModel", "Nemotron3_5TranscribeWordTimestampModel", "PaliGemmaModel", "Aimv2Model"]
 )
 def test_configs_a_trace_needs_export_on_dynamo(name: str, tmp_path: Path) -> None:
     model = tiny_model(name)

@@ -290,6 +290,28 @@ def _patch_swin2sr_pad_to_window_multiple(original: Callable) -> Callable:
     return pad_and_normalize
 
 
+@register_patch("dynamo", "transformers.models.cpmant.modeling_cpmant.CpmAntModel._prepare_attention_mask")
+def _patch_cpmant_padding_mask_from_arange(_original: Callable) -> Callable:
+    # cpmant: the left-padding mask is torch.tensor(list(range(seqlen - prompt_length))[::-1]), a Python list as long
+    # as the text, so the trace pins the sequence length; the same mask, with the distances from the end as an arange.
+    def prepare_attention_mask(
+        self: Any, input_ids: torch.Tensor, span: torch.Tensor, context: torch.Tensor, length: torch.Tensor
+    ) -> torch.Tensor:
+        (batch, seqlen), device = input_ids.shape, input_ids.device
+        positions = torch.arange(seqlen, device=device)
+        causal = positions[None, :] <= positions[:, None]
+        mask = context[:, None, :] | (context[:, :, None].logical_not() & causal[None])
+        mask = mask & (span[:, None, :] == span[:, :, None])
+        from_end = torch.arange(seqlen - self.prompt_length - 1, -1, -1, device=device)
+        kept = torch.cat(
+            (torch.ones(batch, self.prompt_length, dtype=torch.bool, device=device), from_end[None] < length[:, None]),
+            dim=1,
+        )
+        return kept[:, :, None] & kept[:, None, :] & mask
+
+    return prepare_attention_mask
+
+
 def _to_multiple(size: Any, multiple: int) -> Any:
     """``size`` rounded up to a multiple of ``multiple``, written so that a symbolic size is visibly one."""
     return (size + multiple - 1) // multiple * multiple
@@ -431,6 +453,22 @@ def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -
 
 
 _SEQUENCE_INPUTS = ("input_ids", "attention_mask", "inputs_embeds", "input_features", "input_features_mask")
+
+
+@register_static_dims("dynamo", "transformers.models.blt.modeling_blt.BltModel")
+def _static_sequence_of_entropy_patching(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # blt: byte patches are cut where the patcher's entropies pass a threshold and sized by .item() (BltPatcher,
+    # process_patch_lengths); the trace pins the sequence ("accepts only size 7" at the second shape): one program
+    # per length.
+    return (1,) if name in _SEQUENCE_INPUTS and value.dim() >= 2 else ()
+
+
+@register_static_dims("dynamo", "transformers.models.xcodec.modeling_xcodec.XcodecModel")
+def _static_audio_length_of_frame_count_branch(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # xcodec: encode pads the waveform or not by a Python comparison of the acoustic and semantic frame counts
+    # (`_get_conv1d_output_lengths(...) != e_semantic.shape[2]`), an equation torch's dim solver cannot solve
+    # (NotImplementedError on ((s2/40)//8)): one program per audio length.
+    return (2,) if name == "input_values" and value.dim() == 3 else ()
 
 
 @register_static_dims(

@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..classes import class_names
-from ..tables import DECODER_CODEBOOKS
+from ..tables import DECODER_CODEBOOKS, PADDED_MASK_TYPES
 from .draw import sequence_ids, token_ids
 from .registry import Request, Stage, builds
 
@@ -112,7 +112,10 @@ def _prefix_and_suffix_token_types(r: Request) -> dict[str, torch.Tensor]:
 @builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and "attention_mask" in r.parameters)
 def _attention_mask(r: Request) -> dict[str, torch.Tensor]:
     # As long as the rows, which image placeholders lengthen (ids may have a stream dimension after the sequence).
-    return {"attention_mask": torch.ones(r.batch_size, r.inputs["input_ids"].shape[1], dtype=torch.long)}
+    mask = torch.ones(r.batch_size, r.inputs["input_ids"].shape[1], dtype=torch.long)
+    if r.config.model_type in PADDED_MASK_TYPES:
+        mask[0, -1] = 0  # the first row right-padded by one token (see PADDED_MASK_TYPES)
+    return {"attention_mask": mask}
 
 
 @builds(

@@ -56,6 +56,10 @@ _LCNET_V4_DETECTOR = {
 }
 # Per model type, what generic shrinking cannot derive (applies to sub-configs of that type too).
 OVERRIDES: dict[str, dict[str, Any]] = {
+    # Deformable-attention detectors normalise each input projection with GroupNorm(32, d_model): at the tiny width
+    # every group is one channel, on the 1 x 1 deepest level one value, which normalises to float noise (torch 1e-6,
+    # onnxruntime 0) that the encoder's layer norms blow up (ONNX and ExecuTorch 1.2-4.6 apart). Two channels a group.
+    **{detector: {"d_model": 2 * HIDDEN} for detector in ("deformable_detr", "grounding-dino", "mm-grounding-dino")},
     # The attention pattern is expanded from (pattern, repeats) pairs to one entry per layer.
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     # Stage i reads the i-th drop-path rate of its own blocks: stage i needs at least i + 1 blocks.

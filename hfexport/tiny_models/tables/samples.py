@@ -23,6 +23,10 @@ MEL_BINS_FIRST_TYPES = ("glmasr_encoder", "voxtral_realtime_encoder")
 # Audio encoder type -> consecutive feature frames its input projection reads stacked into one, where no config key
 # says how many (Granite Speech 5's projection reads 4 * num_mel_bins).
 STACKED_FRAMES = {"granite_speech5_encoder": 4}
+# Text towers whose eager attention skips the causal mask when no token is padded (Aimv2Attention.is_causal is False
+# and sdpa's mask is dropped for an all-ones attention_mask), while a trace always builds it: an unpadded sample
+# compares bidirectional eager attention with the exported causal one (2.5 apart). Their sample rows are padded.
+PADDED_MASK_TYPES = ("aimv2", "aimv2_text_model")
 # Qwen-VL-style towers whose flat patches are (patches, channels, patch, patch) images their patch conv embeds.
 PATCH_IMAGE_TYPES = ("kimi_k25_vision",)
 # Model type -> forward arguments its signature leaves optional but its forward cannot run without.
