@@ -198,6 +198,13 @@ NEEDED = [
         ("_patch_pe_audio_video_alignment_as_gather",),
         "Could not guard on data-dependent expression",
     ),
+    (
+        "UdopModel",
+        "dynamo",
+        "dynamo",
+        ("_patch_udop_uncovered_patches_by_scatter",),
+        "data is not allocated yet",
+    ),
     # The translation fails on prims.erf_inv (the first line of the error names the stage only).
     ("Gemma3nForCausalLM", "onnx", "onnx", ("_patch_gaussian_cutoff_as_constant",), "stage 4"),
 ]
@@ -373,6 +380,25 @@ def test_pe_audio_video_alignment_as_gather_is_the_models_interpolation(masked: 
         masks["padding_mask"] = torch.arange(13)[None] < torch.tensor([[13], [7], [9]])
     expected = original(None, video_hidden_state=video, audio_hidden_state=audio, **masks)
     assert torch.equal(patched(None, video_hidden_state=video, audio_hidden_state=audio, **masks), expected)
+
+
+@pytest.mark.parametrize("max_len", [0, 19, 40])
+def test_udop_uncovered_patches_by_scatter_are_the_models_selection(max_len: int) -> None:
+    # Every row keeps another number of patches; blank boxes (all 0, all 1) add no patch embedding; max_len 19 cuts
+    # the 16 patches after the 9 tokens to 10, 40 pads them to 31.
+    from transformers.models.udop import modeling_udop as udop
+
+    from hfexport.exporters.workarounds import dynamo as dynamo_workarounds
+
+    patched = dynamo_workarounds._patch_udop_uncovered_patches_by_scatter(udop.combine_image_text_embeddings)
+    generator = torch.Generator().manual_seed(0)
+    image, text = torch.randn(3, 16, 8, generator=generator), torch.randn(3, 9, 8, generator=generator)
+    bbox = torch.rand(3, 9, 4, generator=generator)
+    bbox[0, 0], bbox[1, 2] = 0.0, 1.0
+    arguments = (image, bbox, None, torch.ones(3, 9, dtype=torch.long), 4, max_len, 64, 16)
+    expected = udop.combine_image_text_embeddings(image, text.clone(), *arguments[1:])
+    for got, want in zip(patched(image, text.clone(), *arguments[1:]), expected, strict=True):
+        assert got.dtype == want.dtype and torch.equal(got, want)
 
 
 def test_a_builtin_shadowed_in_one_module_is_removed_after_the_export() -> None:

@@ -8,6 +8,7 @@ for the duration of one export (``DynamoExporter``'s stage 2). Model patches onl
 from __future__ import annotations
 
 import contextlib
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -310,6 +311,57 @@ def _patch_cpmant_padding_mask_from_arange(_original: Callable) -> Callable:
         return kept[:, :, None] & kept[:, None, :] & mask
 
     return prepare_attention_mask
+
+
+@register_patch("dynamo", "transformers.models.udop.modeling_udop.combine_image_text_embeddings")
+def _patch_udop_uncovered_patches_by_scatter(original: Callable) -> Callable:
+    # udop: the image patches no OCR box centre falls in are picked in Python (zip(*ind) over a tensor, then a boolean
+    # selection per row of data-dependent length padded to max_len, modeling_udop.py:218); the same rows by scatter.
+    udop = sys.modules[original.__module__]
+
+    def combine_image_text_embeddings(
+        image_embeddings: torch.Tensor,
+        inputs_embeds: torch.Tensor,
+        bbox: torch.Tensor,
+        visual_bbox: torch.Tensor | None,
+        attention_mask: torch.Tensor | None = None,
+        num_patches: int = 14,
+        max_len: int = 0,
+        image_size: int = 224,
+        patch_size: int = 16,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        batch, patches, width = image_embeddings.shape
+        # Each token's box centre, as the cell of the num_patches x num_patches grid it falls in.
+        centres = (bbox[:, :, :2] + bbox[:, :, 2:]) / 2.0
+        cells = torch.clip(torch.floor(centres * num_patches).long(), 0, num_patches - 1)
+        ocr_points = cells[..., 0] + cells[..., 1] * num_patches
+        bbox = bbox.to(torch.float32 if bbox.device.type == "mps" else torch.float64)
+        blank = (bbox.mean(-1) == 0.0) | (bbox.mean(-1) == 1.0)
+        covering = torch.gather(image_embeddings, 1, ocr_points.unsqueeze(-1).expand(-1, -1, width))
+        inputs_embeds = inputs_embeds + covering.masked_fill(blank.unsqueeze(-1), 0.0)
+        kept = torch.ones(batch, patches, dtype=torch.bool, device=bbox.device).scatter(1, ocr_points, False)
+        # Kept patches move to the front in their order; dropped ones to a spare last slot, cut off below.
+        slots = torch.where(kept, kept.long().cumsum(1) - 1, patches)
+        length = patches if max_len == 0 else max_len - inputs_embeds.size(1)
+
+        def front(values: torch.Tensor) -> torch.Tensor:
+            index = slots.unsqueeze(-1).expand(-1, -1, values.size(-1))
+            packed = values.new_zeros(batch, patches + 1, values.size(-1)).scatter_add(1, index, values)[:, :patches]
+            if length > patches:
+                return torch.cat([packed, packed.new_zeros(batch, length - patches, values.size(-1))], 1)
+            return packed[:, :length]
+
+        if visual_bbox is None:
+            visual_bbox = udop.get_visual_bbox(image_size=image_size, patch_size=patch_size)
+            visual_bbox = visual_bbox.unsqueeze(0).repeat(batch, 1, 1).to(image_embeddings.device)
+        inputs_embeds = torch.cat([inputs_embeds, front(image_embeddings)], 1)
+        bbox = torch.cat([bbox, front(visual_bbox)], 1)
+        if attention_mask is not None:
+            visual_mask = front(kept.unsqueeze(-1).to(attention_mask.dtype)).squeeze(-1)
+            attention_mask = torch.cat([attention_mask, visual_mask], 1)
+        return inputs_embeds, bbox, attention_mask
+
+    return combine_image_text_embeddings
 
 
 def _to_multiple(size: Any, multiple: int) -> Any:
