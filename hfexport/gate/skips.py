@@ -54,6 +54,22 @@ _PER_QUERY_NONZERO = (
     "masked top-k over all blocks at once in Qwen4ExpTextQSAIndexer.forward"
 )
 
+# VideoLLaMA3's tower unshuffles and interpolates each image to sizes read from grid_thw's values (`for ... (t, h, w)
+# ... in zip(hidden_states_chunks, grid_thw, ...)`, F.interpolate(size=(h // merge_size, w // merge_size)),
+# VideoLlama3VisionModel.pixel_unshuffle, modeling_video_llama_3.py:437 in 5.23): data-dependent sizes.
+_UNSHUFFLE_FROM_GRID_VALUES = (
+    "each image is unshuffled and interpolated to sizes read from grid_thw in a loop over its rows: pass the merged "
+    "sizes as Python ints (or precomputed interpolation taps) to VideoLlama3VisionModel.pixel_unshuffle"
+)
+
+# LightGlue matches the keypoints SuperPoint keeps above its score threshold, a data-dependent count the matcher
+# branches on (`if keypoints.shape[2] == 0`, LightGlueForKeypointMatching._match_image_pair, modeling_lightglue.py:698
+# in 5.23), and prunes further per layer.
+_KEYPOINTS_BY_THRESHOLD = (
+    "the keypoints are those the detector keeps above a score threshold, a count branched on in Python: keep a fixed "
+    "top-k of keypoints with a validity mask in the detector and match on masks in _match_image_pair"
+)
+
 EXPORT_SKIPS: dict[str, str] = {
     "ViltModel": _SIZES_FROM_PIXEL_MASK,
     "FastSpeech2ConformerModel": _LENGTH_FROM_DURATIONS,
@@ -63,6 +79,8 @@ EXPORT_SKIPS: dict[str, str] = {
     "Qwen4ExpForCausalLM": _PER_QUERY_NONZERO,
     "Qwen4ExpForConditionalGeneration": _PER_QUERY_NONZERO,
     "Cosmos3EdgeVisionModel": _SIZE_FROM_GRID_VALUES,
+    "VideoLlama3VisionModel": _UNSHUFFLE_FROM_GRID_VALUES,
+    "LightGlueForKeypointMatching": _KEYPOINTS_BY_THRESHOLD,
     "LongformerModel": _TENSOR_SIZED_CHUNKS,
     "LongformerForMaskedLM": _TENSOR_SIZED_CHUNKS,
     "LEDModel": _TENSOR_SIZED_CHUNKS,
