@@ -247,29 +247,32 @@ def test_workaround_is_needed(
     _assert_matches_eager(model, exported, inputs)
 
 
-def test_rt_detr_batch_stays_dynamic_only_with_len_patched(monkeypatch: pytest.MonkeyPatch) -> None:
-    # `batch_size = len(source_flatten)` pinned the batch: the program took batch 2 only, without an export error.
-    model = tiny_model("RTDetrModel")
+@pytest.mark.parametrize(
+    ("model_class", "patch", "name", "dim", "other_shape"),
+    [
+        # `batch_size = len(source_flatten)` pinned the batch: the program took batch 2 only, without an export error.
+        ("RTDetrModel", "_patch_len_keeps_batch_symbolic", "pixel_values", "0", {"batch_size": 3}),
+        # The left-padding mask built from a Python list as long as the text pinned the sequence to the traced 7.
+        (
+            "CpmAntForCausalLM",
+            "_patch_cpmant_padding_mask_from_arange",
+            "input_ids",
+            "1",
+            {"batch_size": 3, "seq_length": 11},
+        ),
+    ],
+)
+def test_dim_stays_dynamic_only_with_its_patch(
+    monkeypatch: pytest.MonkeyPatch, model_class: str, patch: str, name: str, dim: str, other_shape: dict
+) -> None:
+    model = tiny_model(model_class)
     inputs = sample_inputs(model)
     with monkeypatch.context() as patched:
-        _without(patched, "dynamo", "_patch_len_keeps_batch_symbolic")
-        assert "0" not in _export(model, inputs, "dynamo").components["model"]["dynamic_dims"]["pixel_values"]
+        _without(patched, "dynamo", patch)
+        assert dim not in _export(model, inputs, "dynamo").components["model"]["dynamic_dims"][name]
     exported = _export(model, inputs, "dynamo")
-    assert exported.components["model"]["dynamic_dims"]["pixel_values"]["0"] == [2, None]
-    _assert_matches_eager(model, exported, sample_inputs(model, seed=1, batch_size=3))
-    assert len([1, 2]) == 2  # the builtin is back once the export is done
-
-
-def test_cpmant_sequence_stays_dynamic_only_with_its_padding_mask_patched(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The left-padding mask built from a Python list as long as the text pinned the sequence to the traced 7.
-    model = tiny_model("CpmAntForCausalLM")
-    inputs = sample_inputs(model)
-    with monkeypatch.context() as patched:
-        _without(patched, "dynamo", "_patch_cpmant_padding_mask_from_arange")
-        assert "1" not in _export(model, inputs, "dynamo").components["model"]["dynamic_dims"]["input_ids"]
-    exported = _export(model, inputs, "dynamo")
-    assert "1" in exported.components["model"]["dynamic_dims"]["input_ids"]
-    _assert_matches_eager(model, exported, sample_inputs(model, seed=1, batch_size=3, seq_length=11))
+    assert exported.components["model"]["dynamic_dims"][name][dim][1] is None
+    _assert_matches_eager(model, exported, sample_inputs(model, seed=1, **other_shape))
 
 
 def test_packed_attention_keeps_each_image_to_its_own_rows() -> None:
