@@ -19,7 +19,7 @@ from hfexport.exporters import (
     ExportedModel,
     ExportStageError,
     exporter_executorch,  # noqa: F401  (registers the ExecuTorch workarounds taken out below)
-    exporter_onnx,  # noqa: F401  (registers the ONNX workarounds taken out below)
+    exporter_onnx,
     registry,
 )
 from hfexport.exporters import pytree as export_pytree
@@ -402,6 +402,31 @@ def test_udop_uncovered_patches_by_scatter_are_the_models_selection(max_len: int
     expected = udop.combine_image_text_embeddings(image, text.clone(), *arguments[1:])
     for got, want in zip(patched(image, text.clone(), *arguments[1:]), expected, strict=True):
         assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+class _SmallEpsilonNorm(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-8)
+
+
+def test_onnx_optimizer_keeps_an_epsilon_of_1e_8(monkeypatch: pytest.MonkeyPatch) -> None:
+    # MuseSpark's expert RMSNorm: onnxscript's no-op rules took `+ 1e-8` for `+ 0`; on values of 1e-5 the eps decides.
+    import onnx_ir as ir
+    import onnxruntime
+
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0)) * 1e-5
+    expected = _SmallEpsilonNorm()(x).numpy()
+
+    def onnxruntime_diff() -> float:
+        exporter, config = exporter_onnx.OnnxExporter(), exporter_onnx.OnnxConfig()
+        program, _ = exporter.export_program(_SmallEpsilonNorm(), {"x": x}, config)
+        session = onnxruntime.InferenceSession(ir.serde.serialize_model(program).SerializeToString())
+        return float(abs(session.run(None, {"x": x.numpy()})[0] - expected).max())
+
+    with monkeypatch.context() as patched:
+        _without(patched, "onnx", "_patch_optimizer_keeps_small_constants")
+        assert onnxruntime_diff() > 0.1
+    assert onnxruntime_diff() < 1e-5
 
 
 def test_a_builtin_shadowed_in_one_module_is_removed_after_the_export() -> None:

@@ -4,7 +4,8 @@
 ``# ── Stage N: … ──`` banner; the workarounds of stages 1-5 live in ``workarounds/onnx.py`` (key ``"onnx"``):
 
 1. torch patches: ``"onnx"`` patches of torch ops or model code (also ``workarounds/lowered.py``), while tracing;
-2. ONNX patches: torch.onnx internals, installed around lowering (a hook re-runs stage 3 after decomposition);
+2. ONNX patches: torch.onnx and onnxscript internals, installed around lowering and optimizing (a hook re-runs stage 3
+   after decomposition);
 3. FX node fixes: single graph nodes torch.onnx cannot lower;
 4. ONNX translations: onnxscript lowerings handed to ``torch.onnx.export``;
 5. ONNX IR fixes: the finished program is optimized (unless an optimizer skip names the model class), named, fixed
@@ -91,14 +92,15 @@ class OnnxExporter(DynamoExporter):
                         verbose=False,
                     )
                 timings["torch.onnx.export"] = round(time.perf_counter() - started, 3)
+                optimize = config.optimize and not optimizer_skips(keys, _class_path(model))
+                if optimize:  # stage 5's first step, under stage 2's patches of onnxscript's optimizer
+                    started = time.perf_counter()
+                    with _stage(5, "ONNX IR fixes"):
+                        onnx_program.optimize()
+                    timings["optimize"] = round(time.perf_counter() - started, 3)
         finally:
             _APPLIED_FIXES.reset(token)
         with _stage(5, "ONNX IR fixes"):
-            started = time.perf_counter()
-            optimize = config.optimize and not optimizer_skips(keys, _class_path(model))
-            if optimize:
-                onnx_program.optimize()
-                timings["optimize"] = round(time.perf_counter() - started, 3)
             onnx_model = onnx_program.model
             input_names = metadata["input_names"]
             # torch.onnx leaves None outputs out of the graph (pe_audio's nested outputs): the runner puts them back.
