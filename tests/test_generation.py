@@ -296,3 +296,13 @@ def test_a_decoder_without_past_key_values_is_declined_and_the_gate_says_so() ->
     assert cell["status"] == "pass", cell["error"]
     assert cell["generation"]["status"] == "skipped"
     assert "returns no transformers Cache" in cell["generation"]["detail"]
+
+
+def test_a_decoder_whose_forward_fails_with_a_cache_is_declined() -> None:
+    # BLT builds DynamicCache(config=...) from a config without num_hidden_layers: with use_cache=True its own forward
+    # fails, so there is no cache to export generation with (eager generate ran without one): declined, not a failure.
+    from hfexport.exporters.generation.export import _eager_cache
+
+    model = tiny_model("BltForCausalLM")
+    with pytest.raises(NotImplementedError, match=r"does not run with use_cache=True \(AttributeError"):
+        _eager_cache(model, sample_inputs(model))

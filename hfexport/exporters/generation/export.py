@@ -149,9 +149,14 @@ def export_generation_components(
 
 
 def _eager_cache(model: PreTrainedModel, inputs: dict[str, Any]) -> Cache:
-    with torch.no_grad():
-        # Recurrent models keep their state elsewhere (xLSTM's cache_params): no past_key_values at all.
-        cache = getattr(model(**inputs, use_cache=True), "past_key_values", None)
+    try:
+        with torch.no_grad():
+            outputs = model(**inputs, use_cache=True)
+    except Exception as error:  # blt: its forward builds caches from config fields its own config lacks
+        detail = f"{type(error).__name__}: {error}".splitlines()[0]
+        raise NotImplementedError(f"{type(model).__name__} does not run with use_cache=True ({detail})") from error
+    # Recurrent models keep their state elsewhere (xLSTM's cache_params): no past_key_values at all.
+    cache = getattr(outputs, "past_key_values", None)
     if isinstance(cache, EncoderDecoderCache):
         cache = cache.self_attention_cache
     if not isinstance(cache, Cache):
