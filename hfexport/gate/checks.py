@@ -182,7 +182,7 @@ def compare(expected: Any, actual: Any, tolerance: float) -> tuple[float, float,
         names = [n for n, _ in reference]
         return float("nan"), float("nan"), f"{len(produced)} outputs, eager returns {len(reference)}: {names}"
     max_abs = max_rel = 0.0
-    worst: tuple[float, str, float] | None = None
+    failing: list[tuple[float, str, float]] = []
     for (name, ref), (_, out) in zip(reference, produced, strict=True):
         if tuple(ref.shape) != tuple(out.shape):
             return float("nan"), float("nan"), f"{name}: shape {tuple(out.shape)}, eager {tuple(ref.shape)}"
@@ -204,9 +204,9 @@ def compare(expected: Any, actual: Any, tolerance: float) -> tuple[float, float,
         rel_diff = abs_diff / max(float(ref64.abs().max()), 1e-12)
         max_abs, max_rel = max(max_abs, abs_diff), max(max_rel, rel_diff)
         if abs_diff > tolerance and rel_diff > tolerance:
-            worst = max(worst or (abs_diff, name, rel_diff), (abs_diff, name, rel_diff))
-    if worst:
-        abs_diff, name, rel_diff = worst
+            failing.append((abs_diff, name, rel_diff))
+    if failing:
+        abs_diff, name, rel_diff = max(failing)
         return max_abs, max_rel, f"{name}: max abs diff {abs_diff:.3g} > {tolerance:g} (relative {rel_diff:.3g})"
     return max_abs, max_rel, None
 
