@@ -716,13 +716,7 @@ def test_operator_passes_run_in_one_retrace_and_give_the_same_program(monkeypatc
     from executorch.exir.pass_base import ExportPass
 
     retraces = []
-    retrace = ExportPass.call
-
-    def counted(self, graph_module):
-        retraces.append(type(self))
-        return retrace(self, graph_module)
-
-    monkeypatch.setattr(ExportPass, "call", counted)
+    monkeypatch.setattr(ExportPass, "call", counting(ExportPass.call, retraces))
     module, traced, fed = OperatorPassesAtWork(), torch.randn(4, 3), torch.randn(6, 5)
     config = ExecutorchConfig(dynamic=True)
     fused, metadata = ExecutorchExporter().export_program(module, {"x": traced}, config)
@@ -734,6 +728,78 @@ def test_operator_passes_run_in_one_retrace_and_give_the_same_program(monkeypatc
     separate, _ = ExecutorchExporter().export_program(module, {"x": traced}, config)
     assert len(retraces) == with_swap + 4  # five re-traces become one
     assert program_bytes(separate) == program_bytes(fused)
+
+
+class ViewsAndMemoryFormats(torch.nn.Module):
+    def forward(self, x):
+        moved = x.transpose(0, 1).contiguous()  # a view op and a clone that takes a memory format
+        return moved.view(-1).unsqueeze(0) * moved.to(torch.float64).sum().float()  # views; a _to_copy
+
+
+def test_view_and_dim_order_renames_ride_other_retraces_and_give_the_same_program(monkeypatch):
+    from executorch.exir.pass_base import ExportPass
+    from torch._export.pass_base import _ExportPassBaseDeprecatedDoNotUse
+
+    retraces = []
+    for base in (ExportPass, _ExportPassBaseDeprecatedDoNotUse):
+        monkeypatch.setattr(base, "call", counting(base.call, retraces))
+    module, traced, fed = ViewsAndMemoryFormats(), torch.randn(4, 3), torch.randn(6, 5)
+    config = ExecutorchConfig(dynamic=True)
+    swapped, metadata = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    swaps = {"_patch_view_copies_renamed_in_place", "_patch_dim_orders_in_op_replace_retrace"}
+    assert swaps | {"_patch_idle_dim_order_rename_skipped"} <= patch_names(metadata)
+    torch.testing.assert_close(execute(swapped, fed)[0], module(fed))
+    with_swaps = len(retraces)
+    retraces.clear()
+    for name in swaps:
+        without_workaround(monkeypatch, name)
+    separate, _ = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    assert len(retraces) == with_swaps + 2  # the view rename's and the dim-order rename's own re-traces
+    assert program_bytes(separate) == program_bytes(swapped)
+
+
+class ThreePartitions(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 3, 1)
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x)).cumsum(-1)  # NHWC conv: XNNPACK adds _to_copy pairs; cumsum cuts the partition
+        x = self.linear(x).cumsum(-1)
+        return x * 2 + 1  # neither a matrix product nor a copy
+
+
+def test_xnnpack_linear_and_copy_passes_skip_partitions_without_their_ops(monkeypatch):
+    from executorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
+    from executorch.backends.xnnpack._passes.remove_redundant_copy_pass import RemoveRedundantCopyPass
+
+    ran = []
+    for pass_class in (ConvertToLinearPass, RemoveRedundantCopyPass):
+        monkeypatch.setattr(pass_class, "call", counting(pass_class.call, ran))
+    module, traced = ThreePartitions(), torch.randn(1, 3, 4, 4)
+    pruned, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    assert metadata["delegate_partitions"] == 3
+    torch.testing.assert_close(execute(pruned, traced)[0], module(traced))
+    assert sorted(ran) == ["ConvertToLinearPass", "RemoveRedundantCopyPass"]  # the only partitions needing them
+    ran.clear()
+    without_workaround(monkeypatch, "_patch_copy_removal_idle_without_copies")
+    triggers = dict(xnnpack_workarounds._XNNPACK_PASS_TRIGGERS)
+    del triggers["ConvertToLinearPass"]
+    monkeypatch.setattr(xnnpack_workarounds, "_XNNPACK_PASS_TRIGGERS", triggers)
+    every, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    assert sorted(ran) == ["ConvertToLinearPass"] * 3 + ["RemoveRedundantCopyPass"] * 3
+    assert program_bytes(every) == program_bytes(pruned)
+
+
+def counting(call, calls: list[str]):
+    """``call`` (a pass's) that first appends its pass's class name to ``calls``."""
+
+    def counted(self, graph_module):
+        calls.append(type(self).__name__)
+        return call(self, graph_module)
+
+    return counted
 
 
 class NormalizedPatches(torch.nn.Module):

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import free_symbols
+from torch.fx.passes.infra.pass_base import PassResult
 
 from ..registry import register_fx_node_fix, register_lowering_swap, register_patch
 from .executorch import _call_with_value
@@ -296,6 +297,8 @@ _XNNPACK_PASS_TRIGGERS = {
     "ConvertToUpsampleBilinear2d": ("index", "upsample"),
     "PropagateCustomMetaPass": ("quantize",),
     "ConvertToSDPAPass": ("softmax",),
+    # Matrix products become linear ops; a linear's view_copy input and output are folded into it.
+    "ConvertToLinearPass": ("mm", "linear"),
     "FuseBatchNormPass": ("batch_norm",),
     "DecomposeBatchNorm": ("batch_norm",),
     "FuseActivationPass": ("relu", "hardtanh"),
@@ -327,3 +330,19 @@ def _needed_passes(passes: list[type], graph: torch.fx.Graph) -> list[type]:
         for p in passes
         if p.__name__ not in _XNNPACK_PASS_TRIGGERS or any(t in targets for t in _XNNPACK_PASS_TRIGGERS[p.__name__])
     ]
+
+
+@register_lowering_swap(
+    "executorch.xnnpack", "executorch.backends.xnnpack._passes.remove_redundant_copy_pass.RemoveRedundantCopyPass.call"
+)
+def _patch_copy_removal_idle_without_copies(original: Callable) -> Callable:
+    # XNNPACK's last preprocess pass re-traces each partition to drop redundant _to_copy pairs, also when the partition
+    # has none (ChannelsLastTaggedReshapePass, just before, inserts them around NHWC ops): then it is skipped.
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
+        if graph_module.graph.find_nodes(op="call_function", target=exir_ops.edge.aten._to_copy.default):
+            return original(self, graph_module)
+        return PassResult(graph_module, False)
+
+    return call
