@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import onnx_ir as ir
 import pytest
 import torch
 from sweeps import core_params
@@ -209,6 +210,24 @@ def test_torchlib_registry_is_built_once_and_each_export_gets_its_own_copy(monke
         separate, _ = OnnxExporter().export_program(model, inputs, config)
     assert len(built) == 2
     assert [str(graph) for graph in (first.graph, second.graph)] == [str(separate.graph)] * 2
+
+
+def test_rewrite_rules_are_tried_on_their_root_op_only_and_rewrite_the_same(monkeypatch):
+    from onnxscript.rewriter._rewrite_rule import RewriteRule
+
+    tries = []
+    try_rewrite = RewriteRule.try_rewrite
+    monkeypatch.setattr(RewriteRule, "try_rewrite", lambda *a, **k: tries.append(1) or try_rewrite(*a, **k))
+    model = tiny_model("llama")
+    inputs = sample_inputs(model)
+    pruned, metadata = OnnxExporter().export_program(model, inputs, OnnxConfig(dynamic=True))
+    assert "_patch_rewrite_rule_tried_on_its_root_op_only" in {p["name"] for p in metadata["workarounds"]["patches"]}
+    matched = len(tries)  # the patch wraps the counter: these are the tries that got past the op check
+    tries.clear()
+    with without("_patch_rewrite_rule_tried_on_its_root_op_only"):
+        every, _ = OnnxExporter().export_program(model, inputs, OnnxConfig(dynamic=True))
+    assert matched * 5 < len(tries)
+    assert ir.to_proto(pruned).SerializeToString() == ir.to_proto(every).SerializeToString()
 
 
 def test_fix_view_of_transpose_is_needed_by_t5():
