@@ -124,6 +124,24 @@ def test_none_outputs_come_back_where_the_model_returned_them(tmp_path):
     torch.testing.assert_close(outputs["last"], inputs["x"] + 1)
 
 
+def test_python_constant_outputs_come_back_where_the_model_returned_them(tmp_path):
+    # maskformer-swin returns its stages' spatial sizes as Python ints next to the hidden states.
+    model = _module(lambda self, x: {"hidden": x * 2, "sizes": (4, None, 2), "scale": 0.5})
+    inputs = {"x": torch.randn(2, 5)}
+    exported = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
+    component = exported.components["model"]
+    assert component["constant_outputs"] == [[1, 4], [3, 2], [4, 0.5]] and component["none_outputs"] == [2]
+    assert component["output_names"] == ["hidden"]
+    outputs = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "sizes"))(**inputs)
+    assert outputs["sizes"] == (4, None, 2) and outputs["scale"] == 0.5
+    torch.testing.assert_close(outputs["hidden"], inputs["x"] * 2)
+    with (
+        without("_patch_constant_outputs_left_to_the_runner"),
+        pytest.raises(ExportStageError, match="Failed to convert"),
+    ):
+        OnnxExporter().export(model, inputs, OnnxConfig(dynamic=True))
+
+
 def test_external_data_and_session_options(tmp_path, monkeypatch):
     model = tiny_model("bert")
     inputs = sample_inputs(model)

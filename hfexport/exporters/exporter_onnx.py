@@ -103,10 +103,14 @@ class OnnxExporter(DynamoExporter):
         with _stage(5, "ONNX IR fixes"):
             onnx_model = onnx_program.model
             input_names = metadata["input_names"]
-            # torch.onnx leaves None outputs out of the graph (pe_audio's nested outputs): the runner puts them back.
+            # torch.onnx leaves None outputs out of the graph (pe_audio's nested outputs), and stage 2 Python
+            # constants (maskformer-swin's spatial sizes): the runner puts them back.
             traced_outputs = program.graph.output_node().args[0]
-            metadata["none_outputs"] = none = [i for i, value in enumerate(traced_outputs) if value is None]
-            names = [name for i, name in enumerate(metadata["output_names"]) if i not in none]
+            metadata["none_outputs"] = [i for i, value in enumerate(traced_outputs) if value is None]
+            constants = [[i, v] for i, v in enumerate(traced_outputs) if not isinstance(v, (torch.fx.Node, type(None)))]
+            metadata["constant_outputs"] = constants
+            left_out = {*metadata["none_outputs"], *(i for i, _ in constants)}
+            names = [name for i, name in enumerate(metadata["output_names"]) if i not in left_out]
             metadata["output_names"] = _name_outputs(onnx_model.graph, names, input_names)
             _name_dynamic_axes(onnx_model, metadata["input_names"])
             apply_ir_fixes(keys, onnx_model, applied)

@@ -42,8 +42,11 @@ class OnnxRunner(ModelRunner):
         # torch.onnx drops inputs the graph never reads (and None leaves): feed only what the session declares.
         feed = {name: _to_numpy(value) for name, value in zip(names, flat, strict=True) if name in fed}
         values: list[Any] = [torch.from_numpy(np.asarray(value)) for value in session.run(None, feed)]
-        for position in self.exported.components[component].get("none_outputs", []):
-            values.insert(position, None)  # positions ascend: each counts the Nones put back before it
+        component_metadata = self.exported.components[component]
+        left_out = {position: None for position in component_metadata.get("none_outputs", [])}
+        left_out.update(component_metadata.get("constant_outputs", []))
+        for position in sorted(left_out):
+            values.insert(position, left_out[position])  # in ascending order: each counts those put back before it
         return self.rebuild_outputs(component, values)
 
     @functools.cache  # noqa: B019 - one runner per ExportedModel; a session is built once per component

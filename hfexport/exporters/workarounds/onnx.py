@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +89,20 @@ def _patch_rewrite_rule_tried_on_its_root_op_only(original: Callable) -> Callabl
         return original(self, model, graph_or_function, node, **kwargs)
 
     return try_rewrite
+
+
+@register_patch("onnx", "torch.onnx._internal.exporter._core._handle_output_node")
+def _patch_constant_outputs_left_to_the_runner(original: Callable) -> Callable:
+    # maskformer-swin (hidden_states_spatial_dimensions): a Python int among the outputs fails torch.onnx's output
+    # translation ("'int' object has no attribute 'name'"); left out like a None, the runner puts it back.
+    def handle_output_node(node: torch.fx.Node, *args: Any, **kwargs: Any) -> None:
+        outputs = node.args[0]
+        if isinstance(outputs, (tuple, list)) and not all(isinstance(o, (torch.fx.Node, type(None))) for o in outputs):
+            kept = tuple(o if isinstance(o, torch.fx.Node) else None for o in outputs)
+            node = types.SimpleNamespace(name=node.name, args=(kept,))
+        return original(node, *args, **kwargs)
+
+    return handle_output_node
 
 
 # torch.onnx registries of torchlib translations built so far, by opset: every export gets a copy of its own.
