@@ -2,7 +2,7 @@
 
 Most keep an op XNNPACK rejects from cutting a model into several delegate partitions, or stop XNNPACK's partitioner
 from taking a node its serializer then refuses. Sections follow ``ExecutorchExporter``'s stages: 2 torch patches, 3
-ExecuTorch patches, 5 FX node fixes, then the lowering swap ``fast_lowering`` installs.
+ExecuTorch patches, 5 FX node fixes, then the lowering swaps ``fast_lowering`` installs.
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def _fix_unsqueeze_as_view(graph_module: torch.fx.GraphModule, node: torch.fx.No
     return True
 
 
-# ── Lowering swap (stage 3, only with fast_lowering) ──
+# ── Lowering swaps (stage 3, only with fast_lowering) ──
 
 # XNNPACK preprocess passes that only rewrite specific ops: skipped for partitions that contain none of them.
 _XNNPACK_PASS_TRIGGERS = {
