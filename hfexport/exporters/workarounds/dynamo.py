@@ -496,11 +496,19 @@ def _static_image_size_of_sam(name: str, value: torch.Tensor) -> tuple[int, ...]
     "dynamo",
     "transformers.models.xlstm.modeling_xlstm.xLSTMModel",
     "transformers.models.nemotron3_5_transcribe.modeling_nemotron3_5_transcribe.Nemotron3_5TranscribeAudioModel",
+    "transformers.models.mamba.modeling_mamba.MambaMixer",
+    "transformers.models.falcon_mamba.modeling_falcon_mamba.FalconMambaMixer",
+    "transformers.models.jamba.modeling_jamba.JambaMambaMixer",
+    "transformers.models.zamba.modeling_zamba.ZambaMambaMixer",
+    "transformers.models.rwkv.modeling_rwkv.RwkvSelfAttention",
 )
 def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -> tuple[int, ...]:
     # xlstm: inference unrolls the sequence in Python (mlstm_recurrent_sequence_native's `for t in range(S)`, chunk
     # sizes from `S // chunk_size`); nemotron3_5_transcribe's audio tower encodes chunk by chunk, `for start in
-    # range(0, num_frames, chunk_length)` (_get_chunks, guard frames // 8 == 7): every length is its own program.
+    # range(0, num_frames, chunk_length)` (_get_chunks, guard frames // 8 == 7); mamba, falcon_mamba, jamba and zamba
+    # scan their state token by token without the CUDA kernels (mamba_selective_scan's `for index in range(seq_len)`;
+    # the parallel scans are off while exporting), rwkv too (rwkv_linear_attention_cpu's `for current_index in
+    # range(seq_length)`): every length is its own program.
     return (1,) if name in _SEQUENCE_INPUTS and value.dim() >= 2 else ()
 
 
