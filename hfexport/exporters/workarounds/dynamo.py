@@ -501,6 +501,7 @@ def _static_image_size_of_sam(name: str, value: torch.Tensor) -> tuple[int, ...]
     "transformers.models.jamba.modeling_jamba.JambaMambaMixer",
     "transformers.models.zamba.modeling_zamba.ZambaMambaMixer",
     "transformers.models.rwkv.modeling_rwkv.RwkvSelfAttention",
+    "transformers.models.canine.modeling_canine.CanineAttention",
 )
 def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -> tuple[int, ...]:
     # xlstm: inference unrolls the sequence in Python (mlstm_recurrent_sequence_native's `for t in range(S)`, chunk
@@ -508,7 +509,8 @@ def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -
     # range(0, num_frames, chunk_length)` (_get_chunks, guard frames // 8 == 7); mamba, falcon_mamba, jamba and zamba
     # scan their state token by token without the CUDA kernels (mamba_selective_scan's `for index in range(seq_len)`;
     # the parallel scans are off while exporting), rwkv too (rwkv_linear_attention_cpu's `for current_index in
-    # range(seq_length)`): every length is its own program.
+    # range(seq_length)`); canine's character encoders attend chunk by chunk (CanineAttention's `for chunk_start in
+    # range(from_start, from_seq_length, ...)`): every length is its own program.
     return (1,) if name in _SEQUENCE_INPUTS and value.dim() >= 2 else ()
 
 
