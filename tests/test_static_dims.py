@@ -237,6 +237,7 @@ def test_a_runner_names_the_declaration_when_a_declared_static_dim_differs() -> 
     [
         ("Lfm2VlModel", "_static_image_count_of_per_image_loops"),
         ("Siglip2VisionModel", "_static_image_count_of_per_image_loops"),
+        ("PixtralVisionModel", "_static_image_count_of_per_image_loops"),
         ("HunYuanVLVisionTransformer", "_static_image_count_of_towers_looping_over_images"),
         pytest.param("Lfm3VlVisionModel", "_static_image_count_of_towers_looping_over_images", marks=pytest.mark.slow),
     ],

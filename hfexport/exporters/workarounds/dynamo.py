@@ -549,10 +549,12 @@ def _static_image_count_of_towers_looping_over_images(name: str, value: torch.Te
     "dynamo",
     "transformers.models.lfm2_vl.modeling_lfm2_vl.Lfm2VlModel",
     "transformers.models.siglip2.modeling_siglip2.Siglip2VisionEmbeddings",
+    "transformers.models.pixtral.modeling_pixtral.PixtralVisionModel",
 )
 def _static_image_count_of_per_image_loops(name: str, value: torch.Tensor) -> tuple[int, ...]:
     # siglip2 (resize_positional_embeddings: `for i in range(batch_size)`, sizes from spatial_shapes[i].tolist()),
-    # lfm2_vl (get_image_features unpads and projects image by image): the trace unrolls one pass per image, so one
+    # lfm2_vl (get_image_features unpads and projects image by image), pixtral (PixtralVisionModel.forward crops and
+    # flattens `for embed, size in zip(patch_embeds, image_sizes)`): the trace unrolls one pass per image, so one
     # program per image count.
     return (0,) if name in ("pixel_values", "pixel_attention_mask", "spatial_shapes") else ()
 
