@@ -517,6 +517,18 @@ def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -
 _SEQUENCE_INPUTS = ("input_ids", "attention_mask", "inputs_embeds", "input_features", "input_features_mask")
 
 
+@register_static_dims(
+    "dynamo",
+    "transformers.models.parakeet.modeling_parakeet.ParakeetRNNTDecoder",
+    "transformers.models.nemotron_asr_streaming.modeling_nemotron_asr_streaming.NemotronAsrStreamingRNNTDecoder",
+)
+def _static_tokens_of_lstm_prediction_networks(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # parakeet (RNN-T, TDT), nemotron_asr_streaming: the prediction network is an nn.LSTM over decoder_input_ids,
+    # which the trace unrolls token by token (the second shape failed, "accepts only size 7"); decoding feeds one
+    # token at a time anyway: one program per token count.
+    return (1,) if name == "decoder_input_ids" and value.dim() == 2 else ()
+
+
 @register_static_dims("dynamo", "transformers.models.blt.modeling_blt.BltModel")
 def _static_sequence_of_entropy_patching(name: str, value: torch.Tensor) -> tuple[int, ...]:
     # blt: byte patches are cut where the patcher's entropies pass a threshold and sized by .item() (BltPatcher,
