@@ -557,6 +557,15 @@ def _dynamo_round_trip_diffs(model: PreTrainedModel, directory: Path) -> list[fl
     return diffs
 
 
+def test_wav2vec2_conformer_position_table_covers_the_second_shape(tmp_path: Path) -> None:
+    # extend_pe branches on whether the relative table covers the frames: at the 32-position cap the trace bounded
+    # the audio to what the table covers, and the gate's second shape fell outside.
+    assert max(_dynamo_round_trip_diffs(tiny_model("Wav2Vec2ConformerForCTC"), tmp_path)) < 1e-4
+    capped = tiny_model("Wav2Vec2ConformerForCTC", overrides={"max_source_positions": 32})
+    with pytest.raises(Exception, match="outside the exported bounds"):
+        _dynamo_round_trip_diffs(capped, tmp_path / "capped")
+
+
 # Inputs and configs that only a trace tells apart from eager's: the drafter's mask over context and noise block
 # (without it the traced mask covers the noise block alone), multi-head attention where v_proj is as wide as the
 # query heads (a grouped config runs eagerly through SDPA's enable_gqa, then fails traced once keys are repeated), and

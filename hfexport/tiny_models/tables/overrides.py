@@ -60,6 +60,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # every group is one channel, on the 1 x 1 deepest level one value, which normalises to float noise (torch 1e-6,
     # onnxruntime 0) that the encoder's layer norms blow up (ONNX and ExecuTorch 1.2-4.6 apart). Two channels a group.
     **{detector: {"d_model": 2 * HIDDEN} for detector in ("deformable_detr", "grounding-dino", "mm-grounding-dino")},
+    # The relative position table holds 2 * max_source_positions - 1 offsets and the encoder branches on whether it
+    # covers the frames (extend_pe): at the 32 cap the gate's second shape (11,840 samples, 36 frames) fell outside.
+    "wav2vec2-conformer": {"max_source_positions": 64},
     # The attention pattern is expanded from (pattern, repeats) pairs to one entry per layer.
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     # Stage i reads the i-th drop-path rate of its own blocks: stage i needs at least i + 1 blocks.
