@@ -190,6 +190,11 @@ def test_dynamic_export_within_3x_of_static(model_class: str) -> None:
         ("RwkvForCausalLM", "_static_sequence_of_python_loops_over_time"),
         ("CanineModel", "_static_sequence_of_python_loops_over_time"),
         ("ParakeetForTDT", "_static_tokens_of_lstm_prediction_networks"),
+        ("RecurrentGemmaForCausalLM", "_static_sequence_of_python_loops_over_time"),
+        pytest.param("FunnelForMaskedLM", "_static_sequence_of_funnel_position_lists", marks=pytest.mark.slow),
+        pytest.param(
+            "DeepseekV4ForCausalLM", "_static_sequence_of_deepseek_v4_compression_windows", marks=pytest.mark.slow
+        ),
         *(
             pytest.param(name, "_static_sequence_of_python_loops_over_time", marks=pytest.mark.slow)
             for name in ("FalconMambaForCausalLM", "JambaForCausalLM", "ZambaForCausalLM")
@@ -199,9 +204,10 @@ def test_dynamic_export_within_3x_of_static(model_class: str) -> None:
 def test_sequences_unrolled_in_python_are_declared_static_and_the_gate_varies_only_the_batch(
     model_class: str, declaration: str
 ) -> None:
-    # xlstm's kernels, the mamba family's and rwkv's scans, canine's local attention, parakeet's LSTM prediction network
-    # and nemotron3.5's chunked audio encoder loop over time in Python, blt sizes its byte patches by .item():
-    # undeclared, the second shape failed ("specialized", or a guard on frames // 8).
+    # xlstm's kernels, the mamba family's, rwkv's and recurrent_gemma's scans, canine's local attention, parakeet's LSTM
+    # prediction network and nemotron3.5's chunked audio encoder loop over time in Python, blt sizes its byte patches
+    # by .item(), funnel keeps positions in Python lists, deepseek_v4 cuts compression windows by arithmetic on the
+    # length: undeclared, the second shape failed ("specialized", or a guard on frames // 8).
     from hfexport.gate import checks
 
     job = {"model_type": "", "model_class": model_class, "module": None, "backend": "dynamo", "generation": False}

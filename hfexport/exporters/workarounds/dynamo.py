@@ -502,6 +502,7 @@ def _static_image_size_of_sam(name: str, value: torch.Tensor) -> tuple[int, ...]
     "transformers.models.zamba.modeling_zamba.ZambaMambaMixer",
     "transformers.models.rwkv.modeling_rwkv.RwkvSelfAttention",
     "transformers.models.canine.modeling_canine.CanineAttention",
+    "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru",
 )
 def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -> tuple[int, ...]:
     # xlstm: inference unrolls the sequence in Python (mlstm_recurrent_sequence_native's `for t in range(S)`, chunk
@@ -510,7 +511,31 @@ def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -
     # scan their state token by token without the CUDA kernels (mamba_selective_scan's `for index in range(seq_len)`;
     # the parallel scans are off while exporting), rwkv too (rwkv_linear_attention_cpu's `for current_index in
     # range(seq_length)`); canine's character encoders attend chunk by chunk (CanineAttention's `for chunk_start in
-    # range(from_start, from_seq_length, ...)`): every length is its own program.
+    # range(from_start, from_seq_length, ...)`); recurrent_gemma's RG-LRU too (_rnn_scan's `for t in
+    # range(hidden_states.shape[1])`, guard Eq(seq, 7)): every length is its own program.
+    return _sequence(name, value)
+
+
+@register_static_dims("dynamo", "transformers.models.funnel.modeling_funnel.FunnelAttentionStructure")
+def _static_sequence_of_funnel_position_lists(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # funnel: relative positions are Python lists, `pos = list(range(seq_len))`, pooled by slicing (get_position_embeds,
+    # written so the sizes stay static for export; guard Eq(seq, 7)): one program per length.
+    return _sequence(name, value)
+
+
+@register_static_dims(
+    "dynamo",
+    "transformers.models.deepseek_v4.modeling_deepseek_v4.DeepseekV4HCACompressor",
+    "transformers.models.deepseek_v4.modeling_deepseek_v4.DeepseekV4CSACompressor",
+)
+def _static_sequence_of_deepseek_v4_compression_windows(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # deepseek_v4: without a cache the compressors keep `(seq // compress_rate) * compress_rate` tokens, view them as
+    # windows and branch on `chunk_kv.shape[1] > 0`; the trace pins the window count and the remainder (guards
+    # Eq(seq // 4, 1), Ne(seq % 4, 0): "accepts only size 7" at the second shape): one program per length.
+    return _sequence(name, value)
+
+
+def _sequence(name: str, value: torch.Tensor) -> tuple[int, ...]:
     return (1,) if name in _SEQUENCE_INPUTS and value.dim() >= 2 else ()
 
 
@@ -534,7 +559,7 @@ def _static_sequence_of_entropy_patching(name: str, value: torch.Tensor) -> tupl
     # blt: byte patches are cut where the patcher's entropies pass a threshold and sized by .item() (BltPatcher,
     # process_patch_lengths); the trace pins the sequence ("accepts only size 7" at the second shape): one program
     # per length.
-    return (1,) if name in _SEQUENCE_INPUTS and value.dim() >= 2 else ()
+    return _sequence(name, value)
 
 
 @register_static_dims("dynamo", "transformers.models.xcodec.modeling_xcodec.XcodecModel")
