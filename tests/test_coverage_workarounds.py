@@ -260,6 +260,14 @@ def test_workaround_is_needed(
             "1",
             {"batch_size": 3, "seq_length": 11},
         ),
+        # Each row's positions selected in a loop over the batch pinned it to the traced 2.
+        (
+            "ReformerForMaskedLM",
+            "_patch_reformer_axial_positions_gathered_at_once",
+            "input_ids",
+            "0",
+            {"batch_size": 3},
+        ),
     ],
 )
 def test_dim_stays_dynamic_only_with_its_patch(

@@ -190,6 +190,7 @@ def test_dynamic_export_within_3x_of_static(model_class: str) -> None:
         ("RwkvForCausalLM", "_static_sequence_of_python_loops_over_time"),
         ("CanineModel", "_static_sequence_of_python_loops_over_time"),
         ("ParakeetForTDT", "_static_tokens_of_lstm_prediction_networks"),
+        pytest.param("Nemotron3_5AsrForRNNT", "_static_tokens_of_lstm_prediction_networks", marks=pytest.mark.slow),
         ("RecurrentGemmaForCausalLM", "_static_sequence_of_python_loops_over_time"),
         pytest.param("FunnelForMaskedLM", "_static_sequence_of_funnel_position_lists", marks=pytest.mark.slow),
         pytest.param(

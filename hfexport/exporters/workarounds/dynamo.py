@@ -8,6 +8,7 @@ for the duration of one export (``DynamoExporter``'s stage 2). Model patches onl
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import types
 from collections.abc import Callable
@@ -364,6 +365,22 @@ def _patch_udop_uncovered_patches_by_scatter(original: Callable) -> Callable:
     return combine_image_text_embeddings
 
 
+@register_patch("dynamo", "transformers.models.reformer.modeling_reformer.AxialPositionEmbeddings.forward")
+def _patch_reformer_axial_positions_gathered_at_once(original: Callable) -> Callable:
+    # reformer: outside training, each row's positions are index_select-ed in `for i in range(batch_size)` from a table
+    # cut at a .item() of the largest id (the trace pinned the batch to 2); the same rows gathered from the whole table.
+    def forward(self: Any, position_ids: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            return original(self, position_ids)
+        if math.prod(self.axial_pos_shape) < position_ids.shape[1]:
+            return original(self, position_ids)  # its own error: the axial shape is shorter than the sequence
+        shape = (1, *self.axial_pos_shape)
+        table = torch.cat([weight.expand(*shape, weight.shape[-1]) for weight in self.weights], dim=-1)
+        return table.reshape(-1, table.shape[-1])[position_ids]
+
+    return forward
+
+
 def _to_multiple(size: Any, multiple: int) -> Any:
     """``size`` rounded up to a multiple of ``multiple``, written so that a symbolic size is visibly one."""
     return (size + multiple - 1) // multiple * multiple
@@ -546,11 +563,12 @@ _SEQUENCE_INPUTS = ("input_ids", "attention_mask", "inputs_embeds", "input_featu
     "dynamo",
     "transformers.models.parakeet.modeling_parakeet.ParakeetRNNTDecoder",
     "transformers.models.nemotron_asr_streaming.modeling_nemotron_asr_streaming.NemotronAsrStreamingRNNTDecoder",
+    "transformers.models.nemotron3_5_asr.modeling_nemotron3_5_asr.Nemotron3_5AsrRNNTDecoder",
 )
 def _static_tokens_of_lstm_prediction_networks(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # parakeet (RNN-T, TDT), nemotron_asr_streaming: the prediction network is an nn.LSTM over decoder_input_ids,
-    # which the trace unrolls token by token (the second shape failed, "accepts only size 7"); decoding feeds one
-    # token at a time anyway: one program per token count.
+    # parakeet (RNN-T, TDT), nemotron_asr_streaming, nemotron3_5_asr: the prediction network is an nn.LSTM over
+    # decoder_input_ids, which the trace unrolls token by token (the second shape failed, "accepts only size 7");
+    # decoding feeds one token at a time anyway: one program per token count.
     return (1,) if name == "decoder_input_ids" and value.dim() == 2 else ()
 
 
