@@ -604,6 +604,23 @@ def test_nonzero_is_traced_as_its_kernel_writes_it(monkeypatch):
         execute(program, fed)
 
 
+class UnpaddedRows(torch.nn.Module):
+    def forward(self, features, mask):  # lfm2_vl's image features, cut to each image's .item() length
+        return torch.stack([features[i, : mask[i].sum()].sum(0) for i in range(features.shape[0])]) * 2
+
+
+def test_a_slice_to_an_item_is_lowered(monkeypatch):
+    module = UnpaddedRows()
+    traced = {"features": torch.randn(2, 6, 4), "mask": torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])}
+    fed = torch.randn(2, 9, 4), torch.tensor([[1] * 7 + [0, 0], [1, 1] + [0] * 7])
+    program, metadata = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
+    assert "_patch_slice_copy_to_an_item_traced_like_a_slice" in patch_names(metadata)
+    torch.testing.assert_close(execute(program, *fed)[0], module(*fed))
+    without_workaround(monkeypatch, "_patch_slice_copy_to_an_item_traced_like_a_slice")
+    with pytest.raises(ExportStageError, match=r"data-dependent expression u[0-9]+ < 0"):
+        ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
+
+
 class LocationVariableConvolution(torch.nn.Module):
     def forward(self, hidden, kernel):  # univnet's einsum: its decomposition permutes 7-D tensors
         return torch.einsum("bildsk,biokl->bolsd", hidden, kernel) * 2

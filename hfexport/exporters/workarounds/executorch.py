@@ -20,8 +20,14 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.passes.executorch_prim_ops_registry import _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS
 from executorch.exir.sym_util import eval_shape_upper_bound, eval_upper_bound
 from executorch.exir.tensor import determine_tensor_dynanism
+from torch._subclasses import fake_impls
 from torch.export import ExportedProgram
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, constrain_range, guard_or_false
+from torch.fx.experimental.symbolic_shapes import (
+    GuardOnDataDependentSymNode,
+    constrain_range,
+    free_unbacked_symbols,
+    guard_or_false,
+)
 from torch.utils._sympy.functions import FloorDiv, Max
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.symbol import SymT, symbol_is_type
@@ -92,6 +98,23 @@ def _patch_nonzero_written_row_by_row(original: dict[Any, Callable]) -> dict[Any
         return arg.new_empty_strided(indices.shape, (indices.shape[1], 1), dtype=indices.dtype)
 
     return {**original, torch.ops.aten.nonzero.default: nonzero_by_rows}
+
+
+@register_patch("executorch", "torch._subclasses.fake_tensor.op_implementations_checks")
+def _patch_slice_copy_to_an_item_traced_like_a_slice(original: list) -> list:
+    # blt, lfm2_vl: a slice ending at an .item() (`feature[: lengths[i]]`) traces, torch's fake slice rule sizing it
+    # unbacked; lowering renames it slice_copy, whose meta kernel asks `end < 0` of that end ("Could not guard on
+    # data-dependent expression u10 < 0" in the first re-trace): trace such a slice_copy by the slice rule.
+    slice_rule = fake_impls.op_implementations_dict[torch.ops.aten.slice.Tensor]
+
+    def slice_copy(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        bounds = (*args[2:4], kwargs.get("start"), kwargs.get("end"))
+        if not any(isinstance(bound, torch.SymInt) and free_unbacked_symbols(bound) for bound in bounds):
+            return NotImplemented
+        view = slice_rule(fake_mode, torch.ops.aten.slice.Tensor, *args, **kwargs)
+        return view.new_empty(view.shape)
+
+    return [(functools.partial(operator.is_, torch.ops.aten.slice_copy.Tensor), slice_copy), *original]
 
 
 # ── ExecuTorch patches (stage 3) ──
