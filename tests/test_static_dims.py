@@ -262,3 +262,19 @@ def test_models_looping_over_images_keep_the_image_count_static(model_class: str
         "status": "skipped",
         "detail": "a static-dims workaround keeps the batch static",
     }
+
+
+def test_hiera_keeps_its_configured_image_size_static() -> None:
+    # Its unroll schedule is sized from config.image_size: eager runs at that size only, and a dynamic H/W cost
+    # ExecuTorch minutes of sympy and a program too large to load.
+    model = tiny_model("HieraForImageClassification", seed=0)
+    height = model.config.image_size[0]
+    with pytest.raises(RuntimeError, match="must match the size"), torch.no_grad():
+        model(pixel_values=torch.randn(2, 3, height + 16, height + 16))
+    exported = _export(model, sample_inputs(model))
+    component = exported.components["model"]
+    assert component["dynamic_dims"]["pixel_values"] == {"0": [2, None]}
+    assert component["declared_static_dims"] == {"pixel_values": [2, 3]}
+    batch_of_3 = sample_inputs(model, batch_size=3, seed=1)
+    with torch.no_grad():
+        assert max_abs_diff(exported(**batch_of_3), model(**batch_of_3)) <= 1e-4

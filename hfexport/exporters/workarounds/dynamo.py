@@ -497,6 +497,14 @@ def _static_image_size_of_window_partition(name: str, value: torch.Tensor) -> tu
     return _image_size(name, value)
 
 
+@register_static_dims("dynamo", "transformers.models.hiera.modeling_hiera.HieraEncoder")
+def _static_image_size_of_hiera_unroll(name: str, value: torch.Tensor) -> tuple[int, ...]:
+    # hiera: the mask-unit unroll/reroll schedule is sized from config.image_size (HieraEncoder.__init__'s
+    # stage_size), so eager runs at that size only; a dynamic H/W cost ExecuTorch 400 s of sympy and a program
+    # planned too large to load (std::bad_alloc).
+    return _image_size(name, value)
+
+
 @register_static_dims(
     "dynamo",
     "transformers.models.sam2.modeling_sam2.Sam2HieraDetModel",
