@@ -107,9 +107,25 @@ def test_a_class_the_builder_makes_since_leaves_the_builder_list_and_counts_for_
         (results / f"{stamp.replace('-', '').replace(':', '')}-{engine}.json").write_text(views.to_json(data))
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "0 swept classes could not be built" in text and "`build: ValueError: no`" not in text
-    assert "| onnx | 1 | **1** | 100.0 % |" in text  # hfexport alone
+    # hfexport alone; swept in January, before the gate ran a second shape: none of it counts as run at two shapes
+    assert "| onnx | 1 | **1** | 100.0 % | 0 | **0** | — |" in text
     # not compared: only one engine's cell is built
     assert "| onnx | 0 |" not in text and "| onnx | 1 | **1** | **0** |" not in text
+
+
+def test_cells_run_since_the_second_shape_are_counted_apart(tmp_path: Path) -> None:
+    sweep = load_script("coverage_sweep")
+    results = tmp_path / "results"
+    results.mkdir()
+    for stamp, status in (("2026-11-30T00:00:00Z", "pass"), ("2026-12-02T00:00:00Z", "fail")):
+        data = report.new_report("hfexport", ["onnx"], {"mode": "models"}, {}, (1, 1), None)
+        data["created_at"] = stamp
+        data["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "foo"]}
+        model_class = "OldModel" if stamp < sweep.SECOND_SHAPE_SINCE else "NewModel"
+        data["cells"] = [report.new_cell("foo", model_class, "onnx", status=status, timings={"export": 1.0})]
+        (results / f"{stamp.replace('-', '').replace(':', '')}-hfexport.json").write_text(views.to_json(data))
+    text = sweep.render(results, tmp_path / "coverage.md")
+    assert "| onnx | 2 | **1** | 50.0 % | 1 | **0** | 0.0 % |" in text
 
 
 def test_a_record_cell_without_a_date_still_lists_a_class_the_builder_cannot_make(tmp_path: Path) -> None:
