@@ -248,6 +248,27 @@ def test_rewrite_rules_are_tried_on_their_root_op_only_and_rewrite_the_same(monk
     assert ir.to_proto(pruned).SerializeToString() == ir.to_proto(every).SerializeToString()
 
 
+def test_slice_pairs_are_matched_among_the_consumers_of_their_input_and_rewrite_the_same(monkeypatch):
+    from onnxscript.rewriter._matcher import SimplePatternMatcher
+
+    def halves(self, x):  # nemotron3_5_transcribe's audio chunks: many tensors, each cut into two slices
+        return torch.cat([(x * i)[..., :3] * (x * i)[..., 3:].sum(-1, keepdim=True) for i in range(1, 25)], -1)
+
+    pairs = []
+    multi_match = SimplePatternMatcher._multi_match
+    monkeypatch.setattr(SimplePatternMatcher, "_multi_match", lambda *a, **k: pairs.append(1) or multi_match(*a, **k))
+    module, inputs = _module(halves), {"x": torch.randn(2, 8)}
+    among_consumers, metadata = OnnxExporter().export_program(module, inputs, OnnxConfig())
+    patch = "_patch_output_nodes_of_one_input_matched_among_its_consumers"
+    assert patch in {p["name"] for p in metadata["workarounds"]["patches"]}
+    tried = len(pairs)
+    pairs.clear()
+    with without(patch):
+        every, _ = OnnxExporter().export_program(module, inputs, OnnxConfig())
+    assert tried * 10 < len(pairs)
+    assert ir.to_proto(among_consumers).SerializeToString() == ir.to_proto(every).SerializeToString()
+
+
 def test_fix_view_of_transpose_is_needed_by_t5():
     # T5 reshapes its transposed attention output (jetmoe's case is in test_coverage_workarounds).
     model = tiny_model("t5")
