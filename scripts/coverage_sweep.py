@@ -438,9 +438,9 @@ def _totals_section(cells: dict[Key, dict[str, Any]]) -> list[str]:
             lines.append(f"| {backend} | {' | '.join(columns)} |")
     lines += [
         "",
-        f"A cell run before {SECOND_SHAPE_SINCE} passed at its traced shape only: the gate did not yet run each "
-        "export again at a",
-        "second shape (another batch and length), so its pass is an upper bound until it is swept again.",
+        f"A cell run before {SECOND_SHAPE_SINCE} passed at its traced shape only: the gate did not yet run each",
+        "export again at a second shape (another batch and length), so its pass is an upper bound until it is swept",
+        "again.",
         "",
         "Per family (hfexport / transformers.exporters passes): the types of `FAMILIES` by name, the others by their",
         "default config and head (experts: MoE; audio or image input; encoder-decoder; causal or masked LM head);",

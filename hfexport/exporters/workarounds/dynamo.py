@@ -370,10 +370,8 @@ def _patch_reformer_axial_positions_gathered_at_once(original: Callable) -> Call
     # reformer: outside training, each row's positions are index_select-ed in `for i in range(batch_size)` from a table
     # cut at a .item() of the largest id (the trace pinned the batch to 2); the same rows gathered from the whole table.
     def forward(self: Any, position_ids: torch.Tensor) -> torch.Tensor:
-        if self.training:
-            return original(self, position_ids)
-        if math.prod(self.axial_pos_shape) < position_ids.shape[1]:
-            return original(self, position_ids)  # its own error: the axial shape is shorter than the sequence
+        if self.training or math.prod(self.axial_pos_shape) < position_ids.shape[1]:
+            return original(self, position_ids)  # training's own path, or its error for a too short axial shape
         shape = (1, *self.axial_pos_shape)
         table = torch.cat([weight.expand(*shape, weight.shape[-1]) for weight in self.weights], dim=-1)
         return table.reshape(-1, table.shape[-1])[position_ids]
