@@ -515,6 +515,18 @@ class InverseStft(torch.nn.Module):
         return audio[:, 0, 0, 6:-6]  # neucodec's ISTFT head: overlap-add, "same" padding
 
 
+class AutoCorrelation(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 8)
+
+    def forward(self, x):
+        q, k = self.linear(x).transpose(1, 2).chunk(2, dim=1)  # autoformer's auto-correlation, along a static dim
+        padded = torch.fft.irfft(torch.fft.rfft(q, n=6, dim=1) * torch.conj(torch.fft.rfft(k, n=6, dim=1)), 6, dim=1)
+        cut = torch.fft.irfft(torch.fft.rfft(k, n=3, dim=1).conj() * torch.fft.rfft(q, n=3, dim=1), 3, dim=1)
+        return torch.cat([padded, cut], dim=1)
+
+
 class WeightedBags(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -528,20 +540,28 @@ class WeightedBags(torch.nn.Module):
 
 
 @pytest.mark.parametrize(
-    ("module", "workaround", "traced", "fed"),
+    ("module", "workaround", "traced", "fed", "refusal"),
     [
         # neucodec/xcodec2's ISTFT head: irfft of a polar spectrum (no polar kernel; its fold decomposes).
-        (InverseStft(), "_fix_irfft_of_polar_as_real_dft", torch.randn(2, 5, 4), torch.randn(3, 7, 4)),
+        (InverseStft(), "_fix_irfft_of_polar_as_real_dft", torch.randn(2, 5, 4), torch.randn(3, 7, 4), _KERNEL_MISSING),
         # kimi_k25's bicubic position resampling: embedding_bag (no kernel) over bags of 16 taps.
-        (WeightedBags(), "_patch_embedding_bag_as_gather", torch.randn(5, 16), torch.randn(9, 16)),
+        (WeightedBags(), "_patch_embedding_bag_as_gather", torch.randn(5, 16), torch.randn(9, 16), _KERNEL_MISSING),
+        # autoformer's auto-correlation: irfft(rfft(q) * conj(rfft(k))), zero-padded (n=6) and cut (n=3).
+        (
+            AutoCorrelation(),
+            "_fix_irfft_of_spectra_product_as_circular_correlation",
+            torch.randn(2, 5, 4),
+            torch.randn(3, 7, 4),
+            "_conj_copy does not support automatic differentiation",
+        ),
     ],
 )
-def test_decompositions_of_ops_the_runtime_has_no_kernel_for(module, workaround, traced, fed, monkeypatch):
+def test_decompositions_of_ops_the_runtime_has_no_kernel_for(module, workaround, traced, fed, refusal, monkeypatch):
     output, metadata = run_module(module, traced, fed)
     assert workaround in {*metadata["workarounds"]["fixes"], *patch_names(metadata)}
     torch.testing.assert_close(output, module(fed).detach(), atol=1e-5, rtol=1e-5)
     without_workaround(monkeypatch, workaround)
-    with pytest.raises(RuntimeError, match=_KERNEL_MISSING):
+    with pytest.raises(RuntimeError, match=refusal):
         run_module(module, traced, fed)
 
 

@@ -228,10 +228,7 @@ def _fix_irfft_of_polar_as_real_dft(graph_module: torch.fx.GraphModule, node: to
         real = call(aten.mul.Tensor, magnitude, call(aten.cos.default, phase))
         imaginary = call(aten.mul.Tensor, magnitude, call(aten.sin.default, phase))
         frequency = call(aten.arange.default, used, dtype=torch.int64)
-        time = call(aten.arange.default, length, dtype=torch.int64)
-        turns = call(aten.mul.Tensor, call(aten.unsqueeze.default, frequency, 1), time)
-        turns = call(aten.remainder.Scalar, turns, length)  # exact in integers, before any rounding
-        angle = call(aten.mul.Tensor, call(aten._to_copy.default, turns, dtype=value.dtype), 2 * math.pi / length)
+        angle = _dft_angles(call, frequency, length, length, value.dtype)
         # Every bin stands for itself and its mirror image, but the DC and Nyquist ones: k * (n - 2k) == 0.
         mirrored = call(aten.mul.Tensor, frequency, call(aten.rsub.Scalar, call(aten.mul.Tensor, frequency, 2), length))
         single = call(aten._to_copy.default, call(aten.eq.Scalar, mirrored, 0), dtype=value.dtype)
@@ -244,6 +241,99 @@ def _fix_irfft_of_polar_as_real_dft(graph_module: torch.fx.GraphModule, node: to
     node.replace_all_uses_with(signal)
     graph.erase_node(node)
     return True
+
+
+def _dft_angles(call: Callable[..., torch.fx.Node], rows: torch.fx.Node, columns: int, length: int, dtype: Any) -> Any:
+    """Graph nodes of the ``length``-point DFT angles 2 pi (row x column) / length, rows a node of int64 indices."""
+    aten = torch.ops.aten
+    turns = call(aten.mul.Tensor, call(aten.unsqueeze.default, rows, 1), call(aten.arange.default, columns))
+    turns = call(aten.remainder.Scalar, turns, length)  # exact in integers, before any rounding
+    return call(aten.mul.Tensor, call(aten._to_copy.default, turns, dtype=dtype), 2 * math.pi / length)
+
+
+_CONJUGATES = (torch.ops.aten._conj.default, torch.ops.aten.conj.default, torch.ops.aten.conj_physical.default)
+
+
+@register_fx_node_fix("executorch")
+def _fix_irfft_of_spectra_product_as_circular_correlation(
+    graph_module: torch.fx.GraphModule, node: torch.fx.Node
+) -> bool:
+    # autoformer (its auto-correlation, irfft(rfft(q) * conj(rfft(k)))): lowering rejects the complex conj ("_conj_copy
+    # does not support automatic differentiation for outputs with complex dtype") and the runtime has no FFT kernel;
+    # it is the circular cross-correlation of q and k, real DFTs as matmuls by cos/sin matrices.
+    operands = _correlated_signals(node)
+    if operands is None:
+        return False
+    (signal, reference), length, dim = operands
+    value, graph = node.meta["val"], graph_module.graph
+
+    def call(target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        return _call_with_value(graph, target, *args, **kwargs)
+
+    aten = torch.ops.aten
+    with graph.inserting_before(node), value.fake_mode:
+        angle = _dft_angles(call, call(aten.arange.default, length), length, length, value.dtype)
+        cosines, sines = call(aten.cos.default, angle), call(aten.sin.default, angle)
+        spectra = []  # per signal, its DFT's real part and minus its imaginary part, along the last dim
+        for part in (signal, reference):
+            part = call(aten.transpose.int, part, dim, -1)
+            used = min(part.meta["val"].shape[-1], length)  # rfft zero-pads a shorter signal and cuts a longer one
+            if used < part.meta["val"].shape[-1]:
+                part = call(aten.slice.Tensor, part, -1, 0, used)
+            rows = (
+                (cosines, sines)
+                if used == length
+                else [call(aten.slice.Tensor, m, 0, 0, used) for m in (cosines, sines)]
+            )
+            spectra.append(tuple(call(aten.matmul.default, part, matrix) for matrix in rows))
+        (signal_cos, signal_sin), (reference_cos, reference_sin) = spectra
+        product_real = call(
+            aten.add.Tensor,
+            call(aten.mul.Tensor, signal_cos, reference_cos),
+            call(aten.mul.Tensor, signal_sin, reference_sin),
+        )
+        product_imaginary = call(
+            aten.sub.Tensor,
+            call(aten.mul.Tensor, signal_cos, reference_sin),
+            call(aten.mul.Tensor, signal_sin, reference_cos),
+        )
+        inverse = call(
+            aten.sub.Tensor,
+            call(aten.matmul.default, product_real, cosines),
+            call(aten.matmul.default, product_imaginary, sines),
+        )
+        correlation = call(aten.transpose.int, call(aten.div.Tensor, inverse, length), dim, -1)
+    node.replace_all_uses_with(correlation)
+    graph.erase_node(node)
+    return True
+
+
+def _correlated_signals(node: torch.fx.Node) -> tuple[tuple[torch.fx.Node, torch.fx.Node], int, int] | None:
+    """((q, k), n, dim) of ``fft_irfft(fft_rfft(q) * conj(fft_rfft(k)))`` with one static n, dim and default norms."""
+    if node.target is not torch.ops.aten.fft_irfft.default:
+        return None
+    product = node.args[0]
+    if not isinstance(product, torch.fx.Node) or product.target is not torch.ops.aten.mul.Tensor:
+        return None
+    left, right = product.args
+    if isinstance(left, torch.fx.Node) and left.target in _CONJUGATES:
+        left, right = right, left
+    if not isinstance(right, torch.fx.Node) or right.target not in _CONJUGATES:
+        return None
+    transforms = (left, right.args[0])
+    if not all(isinstance(t, torch.fx.Node) and t.target is torch.ops.aten.fft_rfft.default for t in transforms):
+        return None
+    length, dim, norm = _irfft_options(*node.args[1:], **node.kwargs)
+    rank = node.meta["val"].dim()
+    for transform in transforms:
+        if _irfft_options(*transform.args[1:], **transform.kwargs) != (length, dim, norm):
+            return None
+    if not isinstance(length, int) or norm != "backward":
+        return None
+    signals = tuple(t.args[0] for t in transforms)
+    if any(not isinstance(s.meta["val"].shape[dim], int) for s in signals):
+        return None
+    return signals, length, dim % rank
 
 
 def _irfft_arguments(node: torch.fx.Node, bins: Any) -> tuple[Any, int | None, float]:
