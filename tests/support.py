@@ -47,3 +47,26 @@ PHRASE_IDS = (
     torch.tensor([[1, 3, 2, 2, 5, 4, 3], [5, 1, 1, 3, 2, 2, 2]]),
     torch.randint(0, 7, (3, 11), generator=torch.Generator().manual_seed(0)),
 )
+
+
+class StudentTLoss(torch.nn.Module):
+    """The time-series ``*ForPrediction`` loss (autoformer, informer): a Student-T negative log-likelihood, whose
+    log_prob takes lgamma of its degrees of freedom; and lgamma of any real input, its reflection below 1/2 too."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        df, loc, scale = self.linear(x).unbind(-1)
+        softplus = torch.nn.functional.softplus
+        distribution = torch.distributions.StudentT(2 + softplus(df), loc, softplus(scale) + 1e-3)
+        return -distribution.log_prob(target), (x * 3).lgamma()
+
+
+def student_t_inputs(batch: int, length: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(batch * length)
+    return {
+        "x": torch.randn(batch, length, 4, generator=generator),
+        "target": torch.randn(batch, length, generator=generator),
+    }

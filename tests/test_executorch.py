@@ -12,7 +12,7 @@ from sweeps import core_params
 
 pytest.importorskip("executorch")
 
-from support import PHRASE_IDS, PhraseMasks, max_abs_diff
+from support import PHRASE_IDS, PhraseMasks, StudentTLoss, max_abs_diff, student_t_inputs
 
 from hfexport.exporters import ExportedModel, ExportStageError, registry
 from hfexport.exporters.exporter_executorch import (
@@ -389,6 +389,18 @@ def test_cummax_and_cummin_patches_run_without_a_kernel(name, monkeypatch):
     program, _ = ExecutorchExporter().export_program(module, {"input_ids": traced}, ExecutorchConfig(dynamic=True))
     with pytest.raises(RuntimeError, match=r"Failed to load method forward, error: 0x:14"):
         execute(program, fed)
+
+
+def test_lgamma_patch_runs_the_student_t_loss_without_a_kernel(monkeypatch):
+    # autoformer/informer *ForPrediction: the Student-T loss's lgamma has no portable kernel.
+    module, traced, fed = StudentTLoss(), student_t_inputs(2, 5), student_t_inputs(3, 11)
+    program, _ = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
+    for actual, expected in zip(execute(program, *fed.values()), module(**fed), strict=True):
+        torch.testing.assert_close(actual, expected.detach(), atol=1e-5, rtol=1e-5)
+    without_workaround(monkeypatch, "_patch_lgamma_as_lanczos_series")
+    program, _ = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match=_KERNEL_MISSING):
+        execute(program, *fed.values())
 
 
 class ResizedGrid(torch.nn.Module):

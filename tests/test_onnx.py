@@ -17,7 +17,7 @@ from transformers import PretrainedConfig
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
-from support import PHRASE_IDS, PhraseMasks, max_abs_diff  # noqa: E402
+from support import PHRASE_IDS, PhraseMasks, StudentTLoss, max_abs_diff, student_t_inputs  # noqa: E402
 
 from hfexport.exporters import (  # noqa: E402
     AutoExportConfig,
@@ -415,3 +415,15 @@ def test_isin_cummax_and_cummin_patches_are_needed(name: str, error: str):
     for input_ids in PHRASE_IDS:
         for actual, expected in zip(exported(input_ids=input_ids), module(input_ids), strict=True):
             assert torch.equal(actual, expected)
+
+
+def test_lgamma_patch_exports_the_student_t_loss():
+    # autoformer/informer *ForPrediction: the Student-T loss's lgamma has no ONNX function.
+    module, traced = StudentTLoss(), student_t_inputs(2, 5)
+    module.config = PretrainedConfig()
+    with without("_patch_lgamma_as_lanczos_series"), pytest.raises(ExportStageError, match="stage 4 ONNX translations"):
+        OnnxExporter().export_program(module, traced, OnnxConfig(dynamic=True))
+    exported = OnnxExporter().export(module, traced, OnnxConfig(dynamic=True))
+    for inputs in (traced, student_t_inputs(3, 11)):
+        for actual, expected in zip(exported(**inputs), module(**inputs), strict=True):
+            torch.testing.assert_close(actual, expected.detach(), atol=1e-5, rtol=1e-5)
