@@ -7,6 +7,7 @@ graph. Each keeps eager's numerics (exact or to float rounding) and says which m
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable
@@ -217,9 +218,7 @@ def _fix_irfft_of_polar_as_real_dft(graph_module: torch.fx.GraphModule, node: to
         return False
     used = min(bins, length // 2 + 1)  # irfft drops the bins past the Nyquist one, and zero-pads missing ones
     value, graph = node.meta["val"], graph_module.graph
-
-    def call(target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
-        return _call_with_value(graph, target, *args, **kwargs)
+    call = functools.partial(_call_with_value, graph)
 
     aten = torch.ops.aten
     with graph.inserting_before(node), value.fake_mode:
@@ -266,9 +265,7 @@ def _fix_irfft_of_spectra_product_as_circular_correlation(
         return False
     (signal, reference), length, dim = operands
     value, graph = node.meta["val"], graph_module.graph
-
-    def call(target: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
-        return _call_with_value(graph, target, *args, **kwargs)
+    call = functools.partial(_call_with_value, graph)
 
     aten = torch.ops.aten
     with graph.inserting_before(node), value.fake_mode:
@@ -323,10 +320,10 @@ def _correlated_signals(node: torch.fx.Node) -> tuple[tuple[torch.fx.Node, torch
     transforms = (left, right.args[0])
     if not all(isinstance(t, torch.fx.Node) and t.target is torch.ops.aten.fft_rfft.default for t in transforms):
         return None
-    length, dim, norm = _irfft_options(*node.args[1:], **node.kwargs)
+    length, dim, norm = _fft_options(*node.args[1:], **node.kwargs)
     rank = node.meta["val"].dim()
     for transform in transforms:
-        if _irfft_options(*transform.args[1:], **transform.kwargs) != (length, dim, norm):
+        if _fft_options(*transform.args[1:], **transform.kwargs) != (length, dim, norm):
             return None
     if not isinstance(length, int) or norm != "backward":
         return None
@@ -344,14 +341,14 @@ def _irfft_arguments(node: torch.fx.Node, bins: Any) -> tuple[Any, int | None, f
         norm = ("forward", "ortho", "backward")[normalization]  # fft_norm_mode none, by_root_n, by_n, as inverse
         dim = dims[0] if len(dims) == 1 else None
     else:
-        length, dim, norm = _irfft_options(*node.args[1:], **node.kwargs)
+        length, dim, norm = _fft_options(*node.args[1:], **node.kwargs)
         length = 2 * (bins - 1) if length is None else length
     if not isinstance(length, int):
         return length, dim, 1.0
     return length, dim, {"backward": 1 / length, "ortho": length**-0.5, "forward": 1.0}[norm]
 
 
-def _irfft_options(n: Any = None, dim: int = -1, norm: str | None = "backward") -> tuple[Any, int, str | None]:
+def _fft_options(n: Any = None, dim: int = -1, norm: str | None = "backward") -> tuple[Any, int, str | None]:
     return n, dim, norm or "backward"
 
 
