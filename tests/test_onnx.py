@@ -349,6 +349,24 @@ def test_fix_ir_bool_where_is_needed():
     assert torch.equal(exported(x=x), module(x=x))
 
 
+def _byte_group_hashes(self, ids):
+    # blt's rolling hash over groups of 4 tokens: token * prime**i summed in int64 (wrapping), modulo the vocabulary.
+    powers = torch.tensor(1000000007, dtype=torch.int64) ** torch.arange(4)
+    products = ids * powers
+    return products.sum(-1) % 30000, products.sum(dim=(0, 2), keepdim=True), products.sum(), ids.int().sum(-1)
+
+
+def test_fix_ir_integer_reduce_sum_as_cumsum_is_needed():
+    module, inputs = _module(_byte_group_hashes), {"ids": torch.randint(0, 256, (2, 5, 4))}
+    with without("_fix_ir_integer_reduce_sum_as_cumsum"):
+        inexact = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
+        assert not torch.equal(inexact(**inputs)[0], module(**inputs)[0])
+    exported = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
+    for ids in (inputs["ids"], torch.randint(0, 256, (3, 7, 4))):
+        for actual, expected in zip(exported(ids=ids), module(ids), strict=True):
+            assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+
+
 def test_repeat_interleave_by_a_symbolic_count_needs_its_translation():
     # instructblipvideo repeats its Q-Former ids once per frame: torchlib's Expand put the count on the wrong axis.
     def forward(self, ids, frames):
