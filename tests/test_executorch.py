@@ -716,6 +716,31 @@ def test_data_dependent_size_gets_the_input_bound(monkeypatch):
         ExecutorchExporter().export_program(module, inputs, ExecutorchConfig(dynamic=True))
 
 
+class RowsPerExpert(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 4, 4))
+
+    def forward(self, x, experts):  # jetmoe's parallel experts: token rows split by how many each expert got
+        counts = torch.nn.functional.one_hot(experts.flatten(), 4).sum(0).tolist()
+        rows = x.reshape(-1, x.shape[-1]).split(counts)
+        return torch.cat([torch.nn.functional.linear(part, self.weight[expert]) for expert, part in enumerate(rows)])
+
+
+def test_a_size_that_splits_a_dimension_is_bounded_by_it(monkeypatch):
+    module, traced = RowsPerExpert(), {"x": torch.randn(2, 3, 4), "experts": torch.tensor([[0, 1, 2], [3, 0, 1]])}
+    # One expert gets every row: more rows than any input dimension's bound, at most batch x sequence.
+    bound = ExecutorchConfig().dynamic_upper_bound
+    fed = (torch.randn(3, bound - 1, 4), torch.zeros(3, bound - 1, dtype=torch.int64))
+    program, _ = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
+    torch.testing.assert_close(execute(program, *fed)[0], module(*fed))
+    # Bounded at the largest input dimension instead, the split's output cannot grow to the rows it gets.
+    monkeypatch.setattr(executorch_workarounds, "_bound_as_a_part", lambda symbol, shape_env: None)
+    program, _ = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match=_KERNEL_REFUSES):
+        execute(program, *fed)
+
+
 class TransposedAndContiguous(torch.nn.Module):
     def forward(self, x):
         transposed = (x * 2).transpose(1, 2)

@@ -14,6 +14,7 @@ import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -227,8 +228,9 @@ def _patch_dynamic_empty_as_zeros(original: Callable) -> Callable:
 @register_fx_program_fix("executorch")
 def _fix_unbounded_data_dependent_sizes(program: ExportedProgram) -> bool:
     # vjepa2's `repeat(B, mask.max() + 1)` (also sam3, pocket_tts's codec decoder): a size read from a tensor has
-    # no upper bound, and memory planning needs one ("Cannot evaluate a finite upper bound ... int_oo"). It gets
-    # the largest size an input dimension accepts; the runtime refuses to grow a tensor past its planned capacity.
+    # no upper bound, and memory planning needs one ("Cannot evaluate a finite upper bound ... int_oo"). A size that
+    # splits a dimension (jetmoe's rows per expert, lfm3_vl's frames per image) is at most that dimension; any other
+    # gets the largest size an input dimension accepts. The runtime refuses to grow a tensor past its planned capacity.
     # Upstream: ExecuTorch's memory planning has no place for a tensor without a bound (DYNAMIC_UNBOUND).
     unbounded: dict[Any, torch.SymInt] = {}
     for node in program.graph.nodes:
@@ -237,10 +239,30 @@ def _fix_unbounded_data_dependent_sizes(program: ExportedProgram) -> bool:
                 unbounded.setdefault(size.node.expr, size)
     if not unbounded:
         return False
-    bound = _largest_input_size(program)
-    for size in unbounded.values():
-        constrain_range(size, min=None, max=bound)
+    fallback = _largest_input_size(program)
+    for symbol, size in unbounded.items():
+        constrain_range(size, min=None, max=_bound_as_a_part(symbol, size.node.shape_env) or fallback)
     return True
+
+
+def _bound_as_a_part(symbol: Any, shape_env: Any) -> int | None:
+    """The least upper bound the runtime asserts give ``symbol`` as one part of a bounded sum, as torch asserts
+    ``Eq(u0 + u1 + ..., 2*s0*s1)`` for ``split(sizes)``; None where no assert bounds it."""
+    ranges, bounds = shape_env.var_to_range, []
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        for equality in (a.expr for a in asserts if isinstance(a.expr, sympy.Eq)):
+            for parts, total in (equality.args, equality.args[::-1]):
+                upper = bound_sympy(total, ranges).upper
+                if upper is int_oo or not parts.has(symbol):
+                    continue
+                terms = list(sympy.Add.make_args(parts))
+                part = next(term for term in terms if term.has(symbol))
+                others = [term for term in terms if term != part]
+                factor = part / symbol  # sympy cancels a monomial's symbol
+                at_least_one = not factor.has(symbol) and bound_sympy(factor, ranges).lower >= 1
+                if at_least_one and all(bound_sympy(term, ranges).lower >= 0 for term in others):
+                    bounds.append(int(upper))
+    return min(bounds, default=None)
 
 
 def _is_unbounded_unbacked(size: torch.SymInt) -> bool:
