@@ -331,14 +331,19 @@ def _fix_ir_bool_where(model: ir.Model) -> bool:
         kept_true = ir.node("And", [condition, if_true])
         kept_false = ir.node("And", [negated.outputs[0], if_false])
         merged = ir.node("Or", [kept_true.outputs[0], kept_false.outputs[0]])
-        old, new = node.outputs[0], merged.outputs[0]
-        new.shape, new.type = old.shape, old.type
-        node.graph.insert_before(node, [negated, kept_true, kept_false, merged])
-        ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
-        node.graph.remove(node, safe=True)
-        new.name = old.name
+        _replace_node(node, [negated, kept_true, kept_false, merged])
         changed = True
     return changed
+
+
+def _replace_node(node: ir.Node, steps: list[ir.Node]) -> None:
+    """Put ``steps`` in place of the one-output ``node``: the last step's output takes its name, type and users."""
+    old, new = node.outputs[0], steps[-1].outputs[0]
+    new.shape, new.type = old.shape, old.type
+    node.graph.insert_before(node, steps)
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+    node.graph.remove(node, safe=True)
+    new.name = old.name
 
 
 _WRAPPING_INTEGERS = (ir.DataType.INT32, ir.DataType.INT64)
@@ -359,21 +364,12 @@ def _fix_ir_integer_reduce_sum_as_cumsum(model: ir.Model) -> bool:
         summed, steps = node.inputs[0], []
         for axis in axes:
             cumulative = ir.node("CumSum", [summed, _constant(steps, axis)])
-            last = ir.node(
-                "Slice",
-                [cumulative.outputs[0], *(_constant(steps, [v]) for v in (-1, 2**63 - 1, axis))],
-            )
+            last = ir.node("Slice", [cumulative.outputs[0], *(_constant(steps, [v]) for v in (-1, 2**63 - 1, axis))])
             steps += [cumulative, last]
             summed = last.outputs[0]
         if not node.attributes.get_int("keepdims", 1):
             steps.append(ir.node("Squeeze", [summed, _constant(steps, axes)]))
-            summed = steps[-1].outputs[0]
-        old = node.outputs[0]
-        summed.shape, summed.type = old.shape, old.type
-        node.graph.insert_before(node, steps)
-        ir.convenience.replace_all_uses_with(old, summed, replace_graph_outputs=True)
-        node.graph.remove(node, safe=True)
-        summed.name = old.name
+        _replace_node(node, steps)
         changed = True
     return changed
 
