@@ -307,6 +307,15 @@ def test_packed_attention_patch_leaves_unpacked_batches_as_they_were() -> None:
     _assert_matches_eager(model, exported, inputs)
 
 
+def test_packed_attention_with_grouped_heads_exports_to_onnx() -> None:
+    # exaone4_5's vision tower attends with fewer key/value heads than query heads: torchlib's SDPA translation of
+    # enable_gqa compared the head counts as symbolic dims and failed; the patch repeats the grouped heads itself.
+    model = tiny_model("Exaone4_5_VisionModel")
+    assert model.config.num_key_value_heads < model.config.num_heads
+    inputs = sample_inputs(model)
+    _assert_matches_eager(model, _export(model, inputs, "onnx"), inputs)
+
+
 @pytest.mark.parametrize("model_class", ["DeepseekV2ForCausalLM", "Llama4ForCausalLM", "Gemma3nForCausalLM"])
 def test_dynamo_keeps_complex_rotary_and_erfinv(tmp_path, model_class: str) -> None:
     # The rotary and gaussian patches are ONNX's and ExecuTorch's (workarounds/lowered.py): torch.export traces and

@@ -467,9 +467,11 @@ def _packed_sdpa(
     rows = torch.arange(query.shape[2], device=query.device)
     sequence = (rows[:, None] >= cu_seq_lens_q[None, 1:]).sum(-1)  # which packed sequence each row belongs to
     mask = (sequence[:, None] == sequence[None, :])[None, None]
-    output = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, scale=scaling, enable_gqa=key.shape[1] != query.shape[1]
-    )
+    # Grouped key/value heads repeated here, not by enable_gqa: torchlib's SDPA compares head counts as symbolic
+    # dims on grouped heads ("'>' not supported between instances of 'SymbolicDim'", exaone4_5's vision tower).
+    groups = query.shape[1] // key.shape[1]
+    key, value = (states[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2) for states in (key, value))
+    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
     return output.transpose(1, 2).contiguous(), None
 
 
