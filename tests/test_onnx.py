@@ -353,7 +353,8 @@ def _byte_group_hashes(self, ids):
     # blt's rolling hash over groups of 4 tokens: token * prime**i summed in int64 (wrapping), modulo the vocabulary.
     powers = torch.tensor(1000000007, dtype=torch.int64) ** torch.arange(4)
     products = ids * powers
-    return products.sum(-1) % 30000, products.sum(dim=(0, 2), keepdim=True), products.sum(), ids.int().sum(-1)
+    hashes = products.sum(-1) % 30000
+    return hashes, products.sum(dim=(0, 2), keepdim=True), products.sum(), ids.int().sum(-1, dtype=torch.int32)
 
 
 def test_fix_ir_integer_reduce_sum_as_cumsum_is_needed():
