@@ -18,7 +18,6 @@ import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
-from transformers.integrations import sdpa_attention
 
 from ..registry import register_patch, register_static_dims
 
@@ -468,11 +467,10 @@ def _packed_sdpa(
     rows = torch.arange(query.shape[2], device=query.device)
     sequence = (rows[:, None] >= cu_seq_lens_q[None, 1:]).sum(-1)  # which packed sequence each row belongs to
     mask = (sequence[:, None] == sequence[None, :])[None, None]
-    # Grouped key/value heads repeated by transformers' repeat_kv (looked up here: XNNPACK patches it), not by
-    # enable_gqa: torchlib's SDPA compares head counts as symbolic dims ("'>' not supported between instances of
-    # 'SymbolicDim'", exaone4_5's vision tower).
+    # Grouped key/value heads repeated here, not by enable_gqa: torchlib's SDPA compares head counts as symbolic
+    # dims on grouped heads ("'>' not supported between instances of 'SymbolicDim'", exaone4_5's vision tower).
     groups = query.shape[1] // key.shape[1]
-    key, value = (sdpa_attention.repeat_kv(states, groups) for states in (key, value))
+    key, value = (states[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2) for states in (key, value))
     output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
     return output.transpose(1, 2).contiguous(), None
 
