@@ -54,6 +54,40 @@ def test_dynamic_export_runs_at_other_sizes(dynamic_export):
     assert max_abs_diff(loaded(**inputs), expected) <= TOLERANCE
 
 
+def test_loading_swaps_read_the_same_program_asking_typing_and_sympy_less(dynamic_export, monkeypatch):
+    # fast_loading's memos: the program loaded is torch's own, with far fewer calls reaching typing and sympy.
+    import typing
+
+    import sympy
+
+    _name, model, directory = dynamic_export
+    calls = {"typing": 0, "sympy": 0}
+
+    def counted(module, name, key):
+        original = getattr(module, name)
+
+        def call(*args, **kwargs):
+            calls[key] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, call)
+
+    counted(typing, "get_type_hints", "typing")
+    counted(sympy, "sympify", "sympy")
+    plain = torch.export.load(directory / "model.pt2")
+    plain_calls, calls = dict(calls), {"typing": 0, "sympy": 0}
+    swapped = DynamoExporter.load_program(directory / "model.pt2")
+    assert calls["typing"] * 10 < plain_calls["typing"], (calls, plain_calls)
+    assert calls["sympy"] <= plain_calls["sympy"], (calls, plain_calls)
+    assert swapped.graph_module.code == plain.graph_module.code
+    assert str(swapped.graph_signature) == str(plain.graph_signature)
+    assert str(swapped.range_constraints) == str(plain.range_constraints)
+    assert typing.get_type_hints.__name__ == "call" and sympy.sympify.__name__ == "call"  # the swaps were undone
+    inputs = sample_inputs(model, batch_size=3, seq_length=11, seed=1)
+    print(f"calls reaching typing and sympy: {plain_calls} -> {calls}")
+    assert max_abs_diff(swapped.module()(**inputs), plain.module()(**inputs)) == 0
+
+
 def test_saved_files_and_manifest(dynamic_export):
     _name, model, directory = dynamic_export
     manifest = json.loads((directory / "export.json").read_text())

@@ -31,9 +31,10 @@ from torch.utils._sympy.numbers import int_oo
 from .. import compat
 from .base import ExportConfigMixin, HfExporter
 from .pytree import _spec_types, leaf_names, register_cache_types
-from .registry import PatchReport, apply_patches, merged_records, static_dims
+from .registry import LOADING_SWAP, PatchReport, apply_patches, merged_records, static_dims
 from .utils import export_stage
 from .workarounds import dynamo as _workarounds  # noqa: F401 - registers the "dynamo" workarounds
+from .workarounds import fast_loading as _fast_loading  # noqa: F401 - registers the "dynamo" loading swaps
 
 
 @dataclasses.dataclass
@@ -116,7 +117,8 @@ class DynamoExporter(HfExporter):
 
     @classmethod
     def load_program(cls, path: Path) -> ExportedProgram:
-        return torch.export.load(path)
+        with apply_patches("dynamo", kind=LOADING_SWAP):
+            return torch.export.load(path)
 
 
 # ── Stage 1: Forward-signature patch ──

@@ -2,7 +2,8 @@
 
 Kinds: a *patch* is a factory ``original -> replacement`` bound to dotted paths and installed only while one export
 runs; a *lowering swap* is a patch installed only around ExecuTorch lowering with ``fast_lowering`` (a speed-up, not
-a repair). A *fix* rewrites the traced artifact: a node fix is ``(graph_module, node) -> changed``, a program fix
+a repair), a *loading swap* one installed only while ``torch.export.load`` reads a saved program (a speed-up too). A
+*fix* rewrites the traced artifact: a node fix is ``(graph_module, node) -> changed``, a program fix
 ``(exported_program) -> changed``, an IR fix ``(onnx_ir.Model) -> changed``. An *ONNX translation* lowers one op
 with onnxscript. An *optimizer skip* names model classes whose ONNX export skips onnxscript's optimizer.
 
@@ -32,6 +33,7 @@ logger = logging.getLogger("hfexport")
 
 PATCH = "patch"
 LOWERING_SWAP = "lowering_swap"
+LOADING_SWAP = "loading_swap"
 NODE_FIX = "fx_node_fix"
 PROGRAM_FIX = "fx_program_fix"
 ONNX_TRANSLATION = "onnx_translation"
@@ -88,6 +90,7 @@ _STAGES = {
     ("onnx", OPTIMIZER_SKIP): "5 ONNX IR fixes",
     ("executorch", PATCH): "2 torch patches",
     ("executorch", LOWERING_SWAP): "3 ExecuTorch patches",
+    ("dynamo", LOADING_SWAP): "load (not an export stage)",
     ("executorch", PROGRAM_FIX): "4 FX program fixes",
     ("executorch", NODE_FIX): "5 FX node fixes",
 }
@@ -125,6 +128,13 @@ def register_lowering_swap(key: str, *paths: str) -> Callable[[Callable], Callab
     if not paths:
         raise ValueError("register_lowering_swap needs at least one dotted path")
     return _registering(key, LOWERING_SWAP, paths)
+
+
+def register_loading_swap(key: str, *paths: str) -> Callable[[Callable], Callable]:
+    """A patch installed only while ``torch.export.load`` reads a program: a speed-up."""
+    if not paths:
+        raise ValueError("register_loading_swap needs at least one dotted path")
+    return _registering(key, LOADING_SWAP, paths)
 
 
 def register_fx_node_fix(key: str) -> Callable[[Callable], Callable]:
