@@ -313,6 +313,24 @@ def _write(path: Path, text: str) -> None:
     os.replace(scratch, path)
 
 
+def _swept_by_hfexport_alone(
+    cells: dict[Key, dict[str, Any]], engines_by_shard: dict[tuple[str, str], set[str]], backend: str
+) -> list[str]:
+    """A line per set with shards only hfexport ran on ``backend``: the shards and how many of the set's classes ran."""
+    alone: dict[str, set[str]] = {}
+    for (label, shard), engines in engines_by_shard.items():
+        if engines == {"hfexport"}:
+            alone.setdefault(label, set()).add(shard)
+    lines = []
+    ran = _classes(cells, "hfexport", backend)
+    for label, shards in sorted(alone.items()):
+        members = set_classes(label)
+        listed = ", ".join(sorted(shards, key=_shard_key))
+        run = f"{len(ran.intersection(members))} of its {len(members)} classes run"
+        lines.append(f"  - hfexport alone: set `{label}`, shards {listed}: {run}.")
+    return lines
+
+
 def _classes(cells: dict[Key, dict[str, Any]], engine: str, backend: str) -> set[str]:
     return {c for (e, c, b) in cells if e == engine and b == backend}
 
@@ -349,6 +367,7 @@ def _sweep_section(
         left = f"; {len(unswept[backend])} classes of those sets not run (shards left out)" if unswept[backend] else ""
         run = f"{len(swept)} classes of {len(types)} model types run by both engines ({done})"
         lines.append(f"- **{backend}**: {run}{left}.")
+        lines += _swept_by_hfexport_alone(cells, engines_by_shard, backend)
     lines += [
         "",
         "Sets: `heads` is one class per model type, its main task head (the class `hfexport export <type>`",

@@ -152,6 +152,9 @@ def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
         (results / f"20260101T00000{second}-{engine}.json").write_text(views.to_json(report.finalize(data)))
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "(set `heads`, shards 1/2)" in text
+    # The shard only hfexport ran is listed under it, with how many of the set's classes have a cell.
+    heads = len(sweep.set_classes("heads"))
+    assert f"  - hfexport alone: set `heads`, shards 2/2: 1 of its {heads} classes run." in text
 
 
 def _onnx_report(results: Path, engine: str, stamp: str, status: str) -> None:
