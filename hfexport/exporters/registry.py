@@ -83,6 +83,7 @@ class Workaround:
 _STAGES = {
     ("dynamo", PATCH): "2 model patches",
     ("dynamo", STATIC_DIMS): "4 dynamic shapes",
+    ("dynamo", LOADING_SWAP): "load (not an export stage)",
     ("onnx", PATCH): "1 torch patches",
     ("onnx", NODE_FIX): "3 FX node fixes",
     ("onnx", ONNX_TRANSLATION): "4 ONNX translations",
@@ -90,7 +91,6 @@ _STAGES = {
     ("onnx", OPTIMIZER_SKIP): "5 ONNX IR fixes",
     ("executorch", PATCH): "2 torch patches",
     ("executorch", LOWERING_SWAP): "3 ExecuTorch patches",
-    ("dynamo", LOADING_SWAP): "load (not an export stage)",
     ("executorch", PROGRAM_FIX): "4 FX program fixes",
     ("executorch", NODE_FIX): "5 FX node fixes",
 }
