@@ -15,7 +15,7 @@ from hfexport.gate import schema
 from hfexport.gate.cells import Cell
 from hfexport.gate.changes import SelectedClass
 from hfexport.gate.jobs import JobOptions, WorkerProcess
-from hfexport.gate.run import _by_priority
+from hfexport.gate.run import _by_priority, _sharing_jobs
 
 
 def test_priority_covers_every_type_and_backend_before_second_classes() -> None:
@@ -38,15 +38,25 @@ def test_priority_covers_every_type_and_backend_before_second_classes() -> None:
     assert _by_priority(pairs) == _by_priority(list(pairs))
 
 
+def test_a_class_dynamo_and_onnx_cells_share_a_job_in_the_order_of_its_first_cell() -> None:
+    cells = [("LlamaModel", "onnx"), ("BertModel", "dynamo"), ("LlamaModel", "executorch"), ("LlamaModel", "dynamo")]
+    jobs = [{"model_class": name, "backend": backend} for name, backend in cells]
+    # Dynamo first in its job (its trace is handed on); ExecuTorch on its own; a class with one such cell alone.
+    assert _sharing_jobs([0, 1, 2, 3], jobs, "hfexport") == [[3, 0], [1], [2]]
+    assert _sharing_jobs([1, 2, 3], jobs, "hfexport") == [[1], [2], [3]]
+    # transformers.exporters traces every cell for itself.
+    assert _sharing_jobs([0, 1, 2, 3], jobs, "transformers") == [[0], [1], [2], [3]]
+
+
 def test_no_job_starts_past_the_deadline() -> None:
     jobs = [
-        {"model_type": "llama", "model_class": name, "module": None, "backend": "dynamo", "generation": False}
+        {"model_type": "llama", "model_class": name, "module": None, "backends": ["dynamo"], "generation": False}
         for name in ("LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification")
     ]
     with WorkerProcess(None, JobOptions(jobs=1, backends=("dynamo",))) as worker:
         # One job running and one queued are handed over at once; a cell takes seconds, so when the first
         # finishes the deadline has passed and the last two never start.
-        results = dict(worker.run(jobs, deadline=time.monotonic() + 1.0))
+        results = {index: cell for index, _, cell in worker.run(jobs, deadline=time.monotonic() + 1.0)}
     assert [results[i]["status"] for i in range(4)] == ["pass", "pass", "not_run", "not_run"]
     assert results[2]["error"] == "not run: the time budget ran out"
 

@@ -118,8 +118,11 @@ def test_without_a_budget_cells_start_longest_first_by_their_last_run(tmp_path: 
     cache, job, result = _entry(tmp_path, ENVIRONMENT)
     jobs = [{"model_class": "LlamaModel", "backend": backend} for backend in ("dynamo", "onnx", "executorch")]
     # Nothing known yet: each backend's usual length, ExecuTorch's the longest.
-    assert run._longest_first([0, 1, 2], jobs, cache) == [2, 1, 0]
-    assert run._longest_first([0, 1, 2], jobs, None) == [2, 1, 0]
+    assert run._longest_first([[0], [1], [2]], jobs, cache) == [[2], [1], [0]]
+    assert run._longest_first([[0], [1], [2]], jobs, None) == [[2], [1], [0]]
+    # A job of several cells (dynamo and ONNX sharing a trace) is as long as its cells together.
+    assert run._longest_first([[2], [0, 1]], jobs, None) == [[2], [0, 1]]
+    assert run._longest_first([[0], [1, 2]], jobs, None) == [[1, 2], [0]]
     # The cell's own last run decides once the cache holds one, whatever its files were then.
     assert cache.last_seconds(job) is None
     cache.put(jobs[1], {**result, "timings": {"total": 95.0}})
@@ -127,4 +130,4 @@ def test_without_a_budget_cells_start_longest_first_by_their_last_run(tmp_path: 
     source.write_text("# changed since\n")
     later, _, _ = _entry(tmp_path, ENVIRONMENT)
     assert later.get(jobs[1]) is None and later.last_seconds(jobs[1]) == 95.0
-    assert run._longest_first([0, 1, 2], jobs, later) == [1, 2, 0]
+    assert run._longest_first([[0], [1], [2]], jobs, later) == [[1], [2], [0]]

@@ -253,6 +253,32 @@ def test_crash_hang_and_oom_become_cell_results(repo: Path) -> None:
     assert sum(line.startswith("[") for line in lines) == 4  # one progress line per finished job
 
 
+def test_a_crash_in_dynamo_is_not_the_onnx_cell_sharing_its_job(repo: Path, tmp_path: Path) -> None:
+    # A class's dynamo and ONNX cells share one job (one build, one trace): the first trace aborts the process.
+    marker = tmp_path / "traced-once"
+    patched = llama_source(1) + (
+        "\n\nimport functools as _functools\nimport os as _os\n\n_forward = LlamaModel.forward\n\n\n"
+        "@_functools.wraps(_forward)\n"
+        "def _abort_first_trace(self, *args, **kwargs):\n"
+        f"    if torch.compiler.is_exporting() and not _os.path.exists({str(marker)!r}):\n"
+        f"        open({str(marker)!r}, 'w').close()\n"
+        "        _os.abort()\n"
+        "    return _forward(self, *args, **kwargs)\n\n\n"
+        "LlamaModel.forward = _abort_first_trace\n"
+    )
+    commit(repo, {LLAMA: patched}, "abort in the first trace")
+    selection = changes.Selection(mode="models", names=["LlamaModel"])
+    options = CheckOptions(backends=["dynamo", "onnx"], jobs=1, timeout=120, generation=False)
+    lines: list[str] = []
+    result = run_check(Target(selection, repo), options, echo=lines.append)
+    cells = {c["backend"]: c for c in result["cells"]}
+    assert cells["dynamo"]["status"] == "crash" and cells["dynamo"]["error_type"] == "SIGABRT", cells["dynamo"]
+    # The ONNX cell ran again in a job of its own, traced for itself, and passed there.
+    assert cells["onnx"]["status"] == "pass", cells["onnx"]
+    assert cells["onnx"]["timings"]["export · torch.export"] > 0
+    assert sum(line.startswith("[") for line in lines) == 2
+
+
 # ── Reports ──
 
 

@@ -105,11 +105,20 @@ class HfExporter:
         return config
 
     def export(
-        self, model: PreTrainedModel, sample_inputs: dict[str, Any], config: ExportConfigMixin | None = None
+        self,
+        model: PreTrainedModel,
+        sample_inputs: dict[str, Any],
+        config: ExportConfigMixin | None = None,
+        trace: Any = None,
     ) -> ExportedModel:
-        """Export ``model`` as one program and wrap it in an :class:`ExportedModel`."""
+        """Export ``model`` as one program and wrap it in an :class:`ExportedModel`.
+
+        ``trace``: a ``SharedTrace`` handed to every export of one model, for the backends converting from torch.export
+        (dynamo, ONNX, ExecuTorch): the first traces, a later one reuses that trace where it is the one it would make.
+        """
         config = self._config_or_default(config)
-        program, metadata = self.export_program(model, sample_inputs, config)
+        shared = {} if trace is None else {"trace": trace}  # a backend of one's own may take no trace
+        program, metadata = self.export_program(model, sample_inputs, config, **shared)
         return self._exported_model({SINGLE_COMPONENT: (program, metadata)}, model, config)
 
     def export_for_generation(

@@ -16,9 +16,11 @@ so a failure there is reported as "dynamo · torch.export trace".
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import time
+import warnings
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from torch.utils._sympy.numbers import int_oo
 from .. import compat
 from .base import ExportConfigMixin, HfExporter
 from .pytree import _spec_types, leaf_names, register_cache_types
-from .registry import LOADING_SWAP, PatchReport, apply_patches, merged_records, static_dims
+from .registry import LOADING_SWAP, PatchReport, apply_patches, merged_records, static_dims, watch_patches
 from .utils import export_stage
 from .workarounds import dynamo as _workarounds  # noqa: F401 - registers the "dynamo" workarounds
 from .workarounds import fast_loading as _fast_loading  # noqa: F401 - registers the "dynamo" loading swaps
@@ -68,15 +70,30 @@ class DynamoExporter(HfExporter):
         return tuple(key for key in self.workaround_keys(config) if key != "dynamo")
 
     def export_program(
-        self, model: torch.nn.Module, sample_inputs: dict[str, Any], config: DynamoConfig
+        self,
+        model: torch.nn.Module,
+        sample_inputs: dict[str, Any],
+        config: DynamoConfig,
+        trace: SharedTrace | None = None,
     ) -> tuple[ExportedProgram, dict[str, Any]]:
-        """Run the five stages and return the ``ExportedProgram`` with what was recorded while tracing."""
-        patches = PatchReport()
+        """Run the five stages and return the ``ExportedProgram`` with what was recorded while tracing.
+
+        ``trace``: a :class:`SharedTrace` of the model. An empty one is filled by this trace; a filled one is used
+        instead of tracing again when it is the program this export would trace (``SharedTrace.refusal``).
+        """
+        if trace is not None and trace.program is not None:
+            shared = trace.take(self, config, sample_inputs)
+            if shared is not None:
+                return shared
+        keys = self.workaround_keys(config)
+        watched = tuple(key for key in trace.watch if key not in keys) if trace is not None else ()
+        patches, reached = PatchReport(), set()
         started = time.perf_counter()
         with (
             flat_forward_signature(model, list(sample_inputs)),
             export_stage("dynamo", 2, "model patches"),
-            apply_patches(self.workaround_keys(config), patches),
+            apply_patches(keys, patches),
+            watch_patches(watched, reached),
         ):
             with export_stage("dynamo", 3, "pytree registration"):
                 cache_types = register_cache_types()
@@ -86,8 +103,11 @@ class DynamoExporter(HfExporter):
             if dynamic_shapes is None and config.dynamic:
                 with export_stage("dynamo", 4, "dynamic shapes"):
                     tensors = {k: v for k, v in sample_inputs.items() if isinstance(v, torch.Tensor)}
-                    static = static_dims(self.workaround_keys(config), model, tensors, declared)
+                    static = static_dims(keys, model, tensors, declared)
                     dynamic_shapes = auto_dynamic_shapes(sample_inputs, self.dynamic_upper_bound(config), static)
+                    watched_static = PatchReport()
+                    static_dims(watched, model, tensors, watched_static)
+                    reached.update(record["name"] for record in watched_static.installed)
             # Tracing runs the model's own code: its failures are the model's, apart from the stages' own.
             with export_stage("dynamo", None, TRACE), stateful_attributes_cleared(model), torch.no_grad():
                 program = torch.export.export(
@@ -105,6 +125,8 @@ class DynamoExporter(HfExporter):
             "disabled": compat.disabled(),  # transformers internals this checkout lacks: what was off
         }
         metadata["timings"] = {"torch.export": round(time.perf_counter() - started, 3)}
+        if trace is not None and trace.program is None:
+            trace.keep(self, config, sample_inputs, program, metadata, reached)
         return program, metadata
 
     def dynamic_upper_bound(self, config: DynamoConfig) -> int | None:
@@ -119,6 +141,111 @@ class DynamoExporter(HfExporter):
     def load_program(cls, path: Path) -> ExportedProgram:
         with apply_patches("dynamo", kind=LOADING_SWAP):
             return torch.export.load(path)
+
+
+# ── One trace for several backends ──
+# ONNX and ExecuTorch lower a torch.export program traced with their own keys' patches installed besides dynamo's.
+# Where none of those patches is reached and the dynamic shapes are declared alike, that trace is dynamo's: the gate
+# traces a class once for dynamo and ONNX. ExecuTorch bounds every dynamic dimension and patches attention, so its trace
+# differs for nearly every model and it traces its own.
+
+
+@dataclasses.dataclass
+class SharedTrace:
+    """One torch.export trace of a model, made by the first export given it and reused by later ones it serves.
+
+    ``watch``: the workaround keys of the later exports (``for_exports``). The first export traces with its own patches
+    and records which patches of the watched keys the trace reaches (``registry.watch_patches``) and which of their
+    static-dims declarations match the model; a later export reuses the program only when none did and it would
+    trace with the same options on the same inputs. Each export gets its own copy of the program: a backend's fixes
+    rewrite it in place.
+    """
+
+    watch: tuple[str, ...] = ()
+    program: ExportedProgram | None = None
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    traced_by: str | None = None
+    keys: tuple[str, ...] = ()
+    options: tuple[Any, ...] = ()
+    inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    reached: frozenset[str] = frozenset()
+
+    @classmethod
+    def for_exports(cls, *exports: tuple[DynamoExporter, DynamoConfig]) -> SharedTrace:
+        """An empty trace that watches the keys of these (exporter, config) pairs: the exports meant to reuse it."""
+        keys = (key for exporter, config in exports for key in exporter.workaround_keys(config))
+        return cls(tuple(dict.fromkeys(keys)))
+
+    def keep(
+        self,
+        exporter: DynamoExporter,
+        config: DynamoConfig,
+        sample_inputs: dict[str, Any],
+        program: ExportedProgram,
+        metadata: dict[str, Any],
+        reached: set[str],
+    ) -> None:
+        self.program, self.metadata = _copy_of(program), copy.deepcopy(metadata)
+        self.traced_by, self.keys = exporter.export_format, exporter.workaround_keys(config)
+        self.options = _trace_options(exporter, config)
+        self.inputs, self.reached = copy.deepcopy(sample_inputs), frozenset(reached)
+
+    def refusal(self, exporter: DynamoExporter, config: DynamoConfig, sample_inputs: dict[str, Any]) -> str | None:
+        """Why this export cannot reuse the trace, or None when the trace is the one it would make."""
+        keys = exporter.workaround_keys(config)
+        if self.program is None:
+            return "nothing traced yet"
+        if not set(self.keys) <= set(keys) or not set(keys) - set(self.keys) <= set(self.watch):
+            return f"traced with the keys {', '.join(self.keys)}, this export runs {', '.join(keys)}"
+        if self.reached:
+            return f"the trace reaches this export's own workarounds: {', '.join(sorted(self.reached))}"
+        if _trace_options(exporter, config) != self.options:
+            return "traced with other dynamic shapes or options"
+        if not _same_inputs(self.inputs, sample_inputs):
+            return "traced on other sample inputs"
+        return None
+
+    def take(
+        self, exporter: DynamoExporter, config: DynamoConfig, sample_inputs: dict[str, Any]
+    ) -> tuple[ExportedProgram, dict[str, Any]] | None:
+        """A copy of the program and its metadata for this export, or None when it must trace its own."""
+        if self.refusal(exporter, config, sample_inputs) is not None:
+            return None
+        metadata = copy.deepcopy(self.metadata)
+        metadata["trace_shared_from"] = self.traced_by
+        # Not spent here: what tracing took the export that made the trace (comparisons with other exporters add it).
+        metadata["timings"] = {
+            "torch.export": 0.0,
+            "reused trace (not spent)": self.metadata["timings"]["torch.export"],
+        }
+        return _copy_of(self.program), metadata
+
+
+def _trace_options(exporter: DynamoExporter, config: DynamoConfig) -> tuple[Any, ...]:
+    automatic = config.dynamic and config.dynamic_shapes is None
+    bound = exporter.dynamic_upper_bound(config) if automatic else None
+    return (config.dynamic, repr(config.dynamic_shapes), config.strict, bound)
+
+
+def _same_inputs(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    leaves, spec = pytree.tree_flatten(first)
+    other_leaves, other_spec = pytree.tree_flatten(second)
+    if spec != other_spec:
+        return False
+    return all(_same_leaf(a, b) for a, b in zip(leaves, other_leaves, strict=True))
+
+
+def _same_leaf(first: Any, second: Any) -> bool:
+    if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor):
+        return type(first) is type(second) and first == second
+    layout = (first.dtype, first.device, first.shape, first.stride())
+    return layout == (second.dtype, second.device, second.shape, second.stride()) and torch.equal(first, second)
+
+
+def _copy_of(program: ExportedProgram) -> ExportedProgram:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # copying a TreeSpec warns of torch's own LeafSpec check
+        return copy.deepcopy(program)
 
 
 # ── Stage 1: Forward-signature patch ──

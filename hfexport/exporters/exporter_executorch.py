@@ -41,7 +41,7 @@ from executorch.exir import (  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 from torch.utils._sympy.value_ranges import ValueRanges  # noqa: E402
 
-from .exporter_dynamo import DynamoConfig, DynamoExporter, dynamic_dim_bounds  # noqa: E402
+from .exporter_dynamo import DynamoConfig, DynamoExporter, SharedTrace, dynamic_dim_bounds  # noqa: E402
 from .registry import (  # noqa: E402
     LOWERING_SWAP,
     PatchReport,
@@ -137,9 +137,17 @@ class ExecutorchExporter(DynamoExporter):
         return (*super().workaround_keys(config), f"{BACKEND}.{config.backend}")
 
     def export_program(
-        self, model: torch.nn.Module, sample_inputs: dict[str, Any], config: ExecutorchConfig
+        self,
+        model: torch.nn.Module,
+        sample_inputs: dict[str, Any],
+        config: ExecutorchConfig,
+        trace: SharedTrace | None = None,
     ) -> tuple[ExecutorchProgramManager, dict[str, Any]]:
-        """Trace, fix and lower ``model``; return the ExecuTorch program and the metadata recorded on the way."""
+        """Trace, fix and lower ``model``; return the ExecuTorch program and the metadata recorded on the way.
+
+        ``trace``: a trace of the model reused where it is the one this export would make (``SharedTrace``): rarely,
+        since attention is patched and dynamic dimensions bounded here, and a bound too large is traced again smaller.
+        """
         with export_stage(BACKEND, 1, "backend preparation"):
             prepare = _BACKEND_PREPARE.get(config.backend)
             if prepare is None:
@@ -148,13 +156,13 @@ class ExecutorchExporter(DynamoExporter):
             if config.fast_lowering:
                 partitioners = _unfiltered(partitioners)
         if not config.dynamic or config.dynamic_shapes is not None:
-            return self._lower(super().export_program(model, sample_inputs, config), config, partitioners)
+            return self._lower(super().export_program(model, sample_inputs, config, trace), config, partitioners)
         # ExecuTorch plans memory for the largest shape a program accepts: every dynamic dimension needs a bound.
         bound, budget = config.dynamic_upper_bound, config.planned_memory_budget_gib
         limit = None if budget is None else budget * 2**30
         while True:
             bounded = dataclasses.replace(config, dynamic_upper_bound=bound)
-            traced = super().export_program(model, sample_inputs, bounded)
+            traced = super().export_program(model, sample_inputs, bounded, trace)
             # Lowering costs ten traces: a traced graph whose tensors alone cannot fit gets a smaller bound at once.
             while limit is not None and bound > _SMALLEST_AUTOMATIC_BOUND:
                 foreseen = _PLANNER_OVERHEAD * peak_activation_bytes(traced[0])

@@ -30,7 +30,7 @@ import onnx  # noqa: E402
 import onnx_ir as ir  # noqa: E402
 import torch  # noqa: E402
 
-from .exporter_dynamo import DynamoConfig, DynamoExporter  # noqa: E402
+from .exporter_dynamo import DynamoConfig, DynamoExporter, SharedTrace  # noqa: E402
 from .registry import (  # noqa: E402
     PatchReport,
     apply_ir_fixes,
@@ -67,10 +67,17 @@ class OnnxExporter(DynamoExporter):
     recorded_packages = ("onnx", "onnxscript", "onnx_ir", "onnxruntime")
 
     def export_program(
-        self, model: torch.nn.Module, sample_inputs: dict[str, Any], config: OnnxConfig
+        self,
+        model: torch.nn.Module,
+        sample_inputs: dict[str, Any],
+        config: OnnxConfig,
+        trace: SharedTrace | None = None,
     ) -> tuple[ir.Model, dict[str, Any]]:
-        """Trace (stage 1 runs inside, with dynamo's patches), lower (stages 2-4), then fix and check (stage 5)."""
-        program, metadata = super().export_program(model, sample_inputs, config)
+        """Trace (stage 1 runs inside, with dynamo's patches), lower (stages 2-4), then fix and check (stage 5).
+
+        ``trace``: a dynamo trace of the model this export reuses when it is the program it would trace.
+        """
+        program, metadata = super().export_program(model, sample_inputs, config, trace)
         keys, patches, applied = self.lowering_keys(config), PatchReport(), []
         timings = metadata["timings"]
         token = _APPLIED_FIXES.set(applied)

@@ -354,12 +354,57 @@ def apply_patches(keys: Keys, report: PatchReport | None = None, kind: str = PAT
                 report.installed.append(_record(workaround, path))
         yield report
     finally:
-        for item in reversed(installed):
-            if item.had_own:
-                setattr(item.owner, item.name, item.original_raw)
-            else:
-                delattr(item.owner, item.name)
+        _restore(installed)
         active.difference_update((key, kind) for key in mine)
+
+
+def _restore(installed: list[_InstalledAttribute]) -> None:
+    for item in reversed(installed):
+        if item.had_own:
+            setattr(item.owner, item.name, item.original_raw)
+        else:
+            delattr(item.owner, item.name)
+
+
+@contextlib.contextmanager
+def watch_patches(keys: Keys, reached: set[str]) -> Iterator[None]:
+    """Record in ``reached`` the patches of ``keys`` whose targets a trace calls, changing nothing it does.
+
+    Each target the patch would replace is wrapped by a pass-through that adds the patch's name to ``reached``: a trace
+    that reaches none of them is the one those patches would have made. A patch of a backend's own toolchain
+    (torch.onnx, executorch...) only runs while lowering and is not watched; a target that is not a plain callable
+    cannot be watched and counts as reached.
+    """
+    keys = (keys,) if isinstance(keys, str) else tuple(keys)
+    installed: list[_InstalledAttribute] = []
+    try:
+        for workaround in registered(keys, PATCH):
+            internals = _BACKEND_INTERNALS.get(workaround.backend, ((),))[0]
+            for path in filter(_may_run, workaround.targets):
+                if internals and path.startswith(internals):
+                    continue
+                try:
+                    owner, name = resolve_path(path)
+                except UnresolvedPathError:
+                    continue  # not installed by the export either
+                had_own, raw = _raw_attribute(owner, name)
+                original = _unwrap_descriptor(raw)
+                if isinstance(original, property) or not callable(original):
+                    reached.add(workaround.name)
+                    continue
+                setattr(owner, name, _rewrap_descriptor(raw, _reach_recorder(original, workaround.name, reached)))
+                installed.append(_InstalledAttribute(owner, name, had_own, raw))
+        yield
+    finally:
+        _restore(installed)
+
+
+def _reach_recorder(original: Callable, name: str, reached: set[str]) -> Callable:
+    def recorder(*args: Any, **kwargs: Any) -> Any:
+        reached.add(name)
+        return original(*args, **kwargs)
+
+    return recorder
 
 
 def onnx_translation_table(keys: Keys, report: PatchReport | None = None) -> dict[Any, Callable]:

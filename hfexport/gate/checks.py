@@ -214,21 +214,42 @@ def compare(expected: Any, actual: Any, tolerance: float) -> tuple[float, float,
 # ── Engines ──
 
 
-def _hfexport_engine() -> tuple[Callable, Callable, Callable]:
-    from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportedModel
+def _gate_export(backend: str, generation: bool = False) -> tuple[Any, Any]:
+    """The exporter and config the gate exports a backend with."""
+    from hfexport.exporters import AutoExportConfig, AutoHfExporter
 
-    def export(model: Any, inputs: dict[str, Any], backend: str, generation: bool) -> Any:
-        # Greedy generation is compared at the traced prompt only, so its prefill and decode programs are static: half
-        # the export time, and fewer XNNPACK partitions (4 against 33 on gemma3). Dynamic shapes are what the main
-        # export and its second shape check.
-        options = {"export_format": backend, "dynamic": not generation, **GATE_OPTIONS.get(backend, {})}
-        config = AutoExportConfig.from_dict(options)
-        exporter = AutoHfExporter.from_config(config)
+    # Greedy generation is compared at the traced prompt only, so its prefill and decode programs are static: half
+    # the export time, and fewer XNNPACK partitions (4 against 33 on gemma3). Dynamic shapes are what the main
+    # export and its second shape check.
+    options = {"export_format": backend, "dynamic": not generation, **GATE_OPTIONS.get(backend, {})}
+    config = AutoExportConfig.from_dict(options)
+    return AutoHfExporter.from_config(config), config
+
+
+def _hfexport_engine() -> tuple[Callable, Callable, Callable]:
+    from hfexport.exporters import ExportedModel
+
+    def export(model: Any, inputs: dict[str, Any], backend: str, generation: bool, trace: Any = None) -> Any:
+        exporter, config = _gate_export(backend, generation)
         if generation:
             return exporter.export_for_generation(model, inputs, config)
-        return exporter.export(model, inputs, config)
+        return exporter.export(model, inputs, config, trace=trace)
 
     return export, lambda exported, path: exported.save_pretrained(path), ExportedModel.from_pretrained
+
+
+# The backends whose cells of one class share one job: dynamo's trace is ONNX's wherever no ONNX patch is reached.
+# ExecuTorch bounds its dynamic dimensions and patches attention, so its trace differs: its cells run on their own.
+SHARED_TRACE_BACKENDS = ("dynamo", "onnx")
+
+
+def shared_trace(backends: list[str], engine_name: str) -> Any:
+    """An empty ``SharedTrace`` for the cells of one class on ``backends`` (in order), or None when none can share."""
+    if engine_name != "hfexport" or len(backends) < 2 or backends[0] != "dynamo":
+        return None
+    from hfexport.exporters.exporter_dynamo import SharedTrace
+
+    return SharedTrace.for_exports(*(_gate_export(backend) for backend in backends[1:]))
 
 
 def engine(name: str) -> tuple[Callable, Callable, Callable]:
@@ -280,7 +301,49 @@ def generation_available(engine_name: str) -> bool:
 # ── One cell ──
 
 
-def run_cell(job: dict[str, Any], checkout: Path | None, engine_name: str = "hfexport") -> dict[str, Any]:
+class ClassUnderTest:
+    """What the cells of one model class in one job share: the tiny model, its sample inputs and eager outputs, built
+    once by the first cell (a failure there ends every cell the same way), and the trace dynamo hands on to ONNX."""
+
+    def __init__(self, job: dict[str, Any], checkout: Path | None, trace: Any = None):
+        self.job, self.checkout, self.trace = job, checkout, trace
+        self.built: tuple[Any, dict[str, Any], Any] | None = None
+        self.failure: CellFailure | None = None
+
+    def build(self, timings: dict[str, float]) -> tuple[Any, dict[str, Any], Any]:
+        """(model, sample inputs, eager outputs); timed in the first cell only."""
+        import torch
+
+        from hfexport import tiny_models
+
+        if self.failure is not None:
+            raise self.failure
+        if self.built is None:
+            try:
+                with step("build", timings, "build", building=True):
+                    model = build_model(self.job, self.checkout)
+                    inputs = tiny_models.sample_inputs(model)
+                with step("eager", timings, "eager", building=True), torch.no_grad():
+                    expected = model(**copy.deepcopy(inputs))
+            except CellFailure as failure:
+                self.failure = failure
+                raise
+            self.built = (model, inputs, expected)
+        return self.built
+
+
+def run_cells(job: dict[str, Any], checkout: Path | None, engine_name: str = "hfexport") -> Iterator[dict[str, Any]]:
+    """Check one model class on each of ``job["backends"]`` in turn, yielding each cell as it is done; the model is
+    built once, and dynamo's trace is ONNX's where it is the program ONNX would trace."""
+    backends = list(job["backends"])
+    shared = ClassUnderTest(job, checkout, shared_trace(backends, engine_name))
+    for backend in backends:
+        yield run_cell({**job, "backend": backend}, checkout, engine_name, shared)
+
+
+def run_cell(
+    job: dict[str, Any], checkout: Path | None, engine_name: str = "hfexport", shared: ClassUnderTest | None = None
+) -> dict[str, Any]:
     """Check one (model class, backend): returns status, stage, error, diffs, timings and workarounds."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -288,7 +351,7 @@ def run_cell(job: dict[str, Any], checkout: Path | None, engine_name: str = "hfe
     tolerance = TOLERANCES.get(backend, DEFAULT_TOLERANCE)
     cell: dict[str, Any] = {"tolerance": tolerance, "timings": timings, "workarounds": [], "generation": None}
     try:
-        _check(job, checkout, engine_name, backend, tolerance, cell, timings)
+        _check(shared or ClassUnderTest(job, checkout), engine_name, backend, tolerance, cell, timings)
         cell.update(status="pass", stage=None, error_type=None, error=None)
     except CellFailure as failure:
         cell.update(status=failure.status, stage=failure.stage, error_type=failure.error_type, error=failure.first_line)
@@ -318,29 +381,22 @@ def frame_record(frame: Frame | None, checkout: Path | None, workaround: str | N
 
 
 def _check(
-    job: dict[str, Any],
-    checkout: Path | None,
+    shared: ClassUnderTest,
     engine_name: str,
     backend: str,
     tolerance: float,
     cell: dict[str, Any],
     timings: dict[str, float],
 ) -> None:
-    import torch
-
-    from hfexport import tiny_models
     from hfexport.exporters.utils import ExportStageError
 
     export, save, load = engine(engine_name)
-    with step("build", timings, "build", building=True):
-        model = build_model(job, checkout)
-        inputs = tiny_models.sample_inputs(model)
-    with step("eager", timings, "eager", building=True), torch.no_grad():
-        expected = model(**copy.deepcopy(inputs))
+    model, inputs, expected = shared.build(timings)
+    traced = {"trace": shared.trace} if shared.trace is not None else {}
     with tempfile.TemporaryDirectory(prefix="hfexport-cell-") as scratch:
         try:
             with step(f"{backend} · export", timings, "export"):
-                exported = export(model, copy.deepcopy(inputs), backend, False)
+                exported = export(model, copy.deepcopy(inputs), backend, False, **traced)
         except CellFailure as failure:
             cause = failure.__cause__
             if isinstance(cause, ExportStageError):
@@ -363,7 +419,7 @@ def _check(
                 traced = {name: list(value.shape) for name, value in inputs.items() if hasattr(value, "shape")}
                 raise OutputMismatch(f"at the traced shape ({shapes_text(traced)}): {problem}")
         _check_second_shape(model, inputs, loaded, tolerance, cell, timings)
-    if job.get("generation") and generation_available(engine_name) and _can_generate(model):
+    if shared.job.get("generation") and generation_available(engine_name) and _can_generate(model):
         _check_generation(model, inputs, export, backend, cell, timings)
 
 

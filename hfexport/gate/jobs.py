@@ -112,11 +112,14 @@ class WorkerProcess:
         self._send({"op": "warm", "modules": modules})
         self._receive("warmed")
 
-    def run(self, jobs: list[dict[str, Any]], deadline: float | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Yield (index in ``jobs``, cell) as jobs finish; a dead worker fails the remaining jobs as errors.
+    def run(
+        self, jobs: list[dict[str, Any]], deadline: float | None = None
+    ) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        """Yield (index in ``jobs``, backend, cell) as each of a job's cells (one per ``job["backends"]``) finishes; a
+        dead worker fails the remaining cells as errors.
 
         Jobs are handed to the worker a few at a time, in order; past ``deadline`` (``time.monotonic()``) no more are
-        started, and those never started come back as ``not_run`` (the ones running finish).
+        started, and the cells of those never started come back as ``not_run`` (the ones running finish).
         """
         ahead = threading.Semaphore(self.jobs + 1)
         started: list[int] = []
@@ -135,21 +138,27 @@ class WorkerProcess:
 
         writer = threading.Thread(target=feed, daemon=True)
         writer.start()
-        remaining = set(range(len(jobs)))
+        remaining = {index: list(job["backends"]) for index, job in enumerate(jobs)}
         for line in self.process.stdout:
             message = json.loads(line)
             if message.get("op") == "result":
-                remaining.discard(message["id"])
-                ahead.release()
-                yield message["id"], message["cell"]
+                index = message["id"]
+                remaining[index].remove(message["backend"])
+                if not remaining[index]:
+                    del remaining[index]
+                    ahead.release()
+                yield index, message["backend"], message["cell"]
         writer.join()
-        never_started = remaining - set(started)
+        never_started = set(remaining) - set(started)
         for index in sorted(never_started):
-            yield index, dict(NOT_RUN)
-        if remaining - never_started:
+            for backend in remaining[index]:
+                yield index, backend, dict(NOT_RUN)
+        if set(remaining) - never_started:
             error = f"the job worker died ({self.process.wait()}): {self._stderr_tail()}"
-            for index in sorted(remaining - never_started):
-                yield index, {"status": "tool_error", "stage": "job", "error_type": "WorkerError", "error": error}
+            for index in sorted(set(remaining) - never_started):
+                for backend in remaining[index]:
+                    cell = {"status": "tool_error", "stage": "job", "error_type": "WorkerError", "error": error}
+                    yield index, backend, cell
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -22,6 +22,7 @@ from . import changes, report, views
 from .cache import ResultCache
 from .cache import environment as cache_environment
 from .cells import BACKENDS, FAILURE_STATUSES, Cell, in_shard
+from .checks import SHARED_TRACE_BACKENDS
 from .jobs import JobOptions, WorkerError, WorkerProcess, transformers_dir
 from .skips import skip_reason
 
@@ -185,30 +186,53 @@ def _run_cells(
             to_run.append(index)
     if not to_run:
         return
+    groups = _sharing_jobs(to_run, jobs, options.engine)
     if deadline is None:
-        to_run = _longest_first(to_run, jobs, cache)
+        groups = _longest_first(groups, jobs, cache)
     running = worker.get()
     running.warm(sorted({cells[i][1].module for i in to_run if cells[i][1].module}))
-    for position, result in running.run([jobs[i] for i in to_run], deadline):
-        index = to_run[position]
+    class_jobs = [{**jobs[group[0]], "backends": [jobs[i]["backend"] for i in group]} for group in groups]
+    for position, backend, result in running.run(class_jobs, deadline):
+        index = next(i for i in groups[position] if jobs[i]["backend"] == backend)
         if cache:
             cache.put(jobs[index], result)
         on_result(cells[index][0], result)
+
+
+def _sharing_jobs(indices: list[int], jobs: list[dict[str, Any]], engine: str) -> list[list[int]]:
+    """The cells to run, as jobs: a class's dynamo and ONNX cells in one job (dynamo first, its trace handed on, see
+    ``checks.SHARED_TRACE_BACKENDS``), every other cell in one of its own; in the order of each job's first cell."""
+    if engine != "hfexport":
+        return [[index] for index in indices]
+    groups: list[list[int]] = []
+    sharing: dict[str, list[int]] = {}
+    for index in indices:
+        job = jobs[index]
+        if job["backend"] not in SHARED_TRACE_BACKENDS:
+            groups.append([index])
+            continue
+        if job["model_class"] not in sharing:
+            sharing[job["model_class"]] = []
+            groups.append(sharing[job["model_class"]])
+        sharing[job["model_class"]].append(index)
+    for group in sharing.values():
+        group.sort(key=lambda index: SHARED_TRACE_BACKENDS.index(jobs[index]["backend"]))
+    return groups
 
 
 # A cell's usual seconds per backend (a tiny model, one core), until the result cache knows that cell's own.
 TYPICAL_SECONDS = {"executorch": 30.0, "onnx": 12.0, "dynamo": 6.0}
 
 
-def _longest_first(indices: list[int], jobs: list[dict[str, Any]], cache: ResultCache | None) -> list[int]:
-    """Without a budget the longest cells start first, so no core idles at the end behind one started last; the
-    expected length is the cell's own last run where the result cache kept one, else its backend's usual."""
+def _longest_first(groups: list[list[int]], jobs: list[dict[str, Any]], cache: ResultCache | None) -> list[list[int]]:
+    """Without a budget the longest jobs start first, so no core idles at the end behind one started last; a cell's
+    expected length is its own last run where the result cache kept one, else its backend's usual."""
 
     def expected(index: int) -> float:
         known = cache.last_seconds(jobs[index]) if cache else None
         return known if known is not None else TYPICAL_SECONDS.get(jobs[index]["backend"], 10.0)
 
-    return sorted(indices, key=lambda index: -expected(index))
+    return sorted(groups, key=lambda group: -sum(map(expected, group)))
 
 
 @contextlib.contextmanager

@@ -4,8 +4,10 @@ The parent (``jobs.py``) starts one worker per revision (``python -m hfexport.ga
 torch, transformers, hfexport and the selected backends' modules, then reads JSON requests on stdin and answers
 JSON lines on stdout. Each job runs in a child forked from this warm process, so it starts in milliseconds with
 everything imported, and a segfault, abort, hang or memory blow-up ends only that child: the worker turns it into
-the cell's result (crash / timeout / oom) and goes on. Children get ``RLIMIT_AS`` as a memory limit and are
-killed at their deadline; their stdout/stderr go to a per-job log whose last line names a crash.
+the cell's result (crash / timeout / oom) and goes on. A job is one model class on one backend, or on dynamo and ONNX
+(``checks.run_cells``: one build, one trace); the child sends each cell as it finishes, each cell gets the whole
+timeout, and the cells a dead child never started run again in a job of their own. Children get ``RLIMIT_AS`` as a
+memory limit and are killed at their deadline; their stdout/stderr go to a per-job log whose last line names a crash.
 
 Code under test. With ``--root`` pointing at a transformers checkout, jobs import the checkout's code. A complete
 checkout (``src/transformers/__init__.py``) is put first on ``sys.path``. A partial one (only some
@@ -119,12 +121,16 @@ class Child:
     deadline: float
     log: Path
     started: float
+    pending: list[str]  # the job's backends whose cells have not come back yet, in order
+    running: str | None = None  # the backend whose cell the child said it started and has not finished
     data: bytes = b""
 
 
 def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.Namespace) -> None:
-    """In the forked child: limits, quiet output, one cell, its JSON on the pipe. Never returns."""
+    """In the forked child: limits, quiet output, the job's cells, each on the pipe as one JSON line once it is done.
+    Never returns."""
     status = 0
+    pending = list(job["backends"])
     try:
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log_fd, 1)
@@ -136,34 +142,48 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // options.jobs))
-        from hfexport.gate.cache import imported_sources, record_opened_files
-        from hfexport.gate.checks import run_cell
+        from hfexport.gate.cache import record_opened_files
+        from hfexport.gate.checks import run_cells
 
         before, opened = set(sys.modules), record_opened_files()
-        cell = run_cell(job, _root(options), options.engine)
-        # What the result cache keys the cell on: the model's and config's code, and what the job imported.
-        model_class = getattr(sys.modules.get(job.get("module") or ""), job["model_class"], None)
-        config_class = getattr(model_class, "config_class", None)
-        start = [sys.modules[c.__module__] for c in (model_class, config_class) if c is not None]
-        imported_here = [sys.modules[name] for name in set(sys.modules) - before if sys.modules.get(name)]
-        # No model class to start from: no closure to trust, so the result is not cached.
-        cell["sources"] = imported_sources(_root(options), start, imported_here, opened) if start else []
+        cells = run_cells(job, _root(options), options.engine)
+        while pending:
+            _write_line(write_fd, {"started": pending[0]})
+            cell = next(cells)
+            cell["sources"] = _sources(job, options, before, opened)
+            _write_line(write_fd, {"backend": pending.pop(0), "cell": cell})
     except MemoryError:
         cell = {"status": "oom", "stage": None, "error_type": "MemoryError", "error": "out of memory"}
+        _write_line(write_fd, {"backend": pending[0], "cell": cell})
     except BaseException as error:
         # run_cell turns every failure of a cell into its result: reaching here means hfexport itself broke.
         traceback.print_exc()
         cell = {"status": "tool_error", "stage": "job", "error_type": type(error).__name__, "error": str(error)[:500]}
         cell["frame"] = _innermost_frame(error)
+        _write_line(write_fd, {"backend": pending[0], "cell": cell})
         status = 1
-    payload = json.dumps(cell, default=str).encode()
-    view = memoryview(payload)
-    while view:
-        view = view[os.write(write_fd, view) :]
     os.close(write_fd)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def _sources(job: dict[str, Any], options: argparse.Namespace, before: set[str], opened: set[str]) -> list[str]:
+    """What the result cache keys a cell on: the model's and config's code, and what the job imported so far."""
+    from hfexport.gate.cache import imported_sources
+
+    model_class = getattr(sys.modules.get(job.get("module") or ""), job["model_class"], None)
+    config_class = getattr(model_class, "config_class", None)
+    start = [sys.modules[c.__module__] for c in (model_class, config_class) if c is not None]
+    imported_here = [sys.modules[name] for name in set(sys.modules) - before if sys.modules.get(name)]
+    # No model class to start from: no closure to trust, so the result is not cached.
+    return imported_sources(_root(options), start, imported_here, opened) if start else []
+
+
+def _write_line(fd: int, message: dict[str, Any]) -> None:
+    view = memoryview(json.dumps(message, default=str).encode() + b"\n")
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _innermost_frame(error: BaseException) -> dict[str, Any] | None:
@@ -232,7 +252,7 @@ class Worker:
         while self.queue and len(self.children) < self.options.jobs:
             job_id, job = self.queue.pop(0)
             read_fd, write_fd = os.pipe()
-            log = self.logs / f"job-{job_id}.log"
+            log = self.logs / f"job-{job_id}-{'-'.join(job['backends'])}.log"
             pid = os.fork()
             if pid == 0:
                 os.close(read_fd)
@@ -240,11 +260,33 @@ class Worker:
             os.close(write_fd)
             os.set_blocking(read_fd, False)
             now = time.monotonic()
-            child = Child(job_id, job, pid, read_fd, now + self.options.timeout, log, now)
+            backends = list(job["backends"])
+            # Running its first cell from the fork on: a child that dies before saying so has that cell die with it.
+            child = Child(job_id, job, pid, read_fd, now + self.options.timeout, log, now, backends, backends[0])
             self.children[read_fd] = child
             self.selector.register(read_fd, selectors.EVENT_READ, child)
 
+    def receive(self, child: Child, chunk: bytes) -> None:
+        """Send on each cell the child finished; the next cell gets the whole timeout from now."""
+        *lines, child.data = (child.data + chunk).split(b"\n")
+        for line in filter(None, lines):
+            message = json.loads(line)
+            if "started" in message:
+                child.running = message["started"]
+                continue
+            self.send_cell(child, message["backend"], message["cell"])
+            now = time.monotonic()
+            child.deadline, child.started = now + self.options.timeout, now
+
+    def send_cell(self, child: Child, backend: str, cell: dict[str, Any]) -> None:
+        child.pending.remove(backend)
+        child.running = None
+        cell["log_tail"] = _last_line(child.log) if cell.get("status") != "pass" else None
+        self.send({"op": "result", "id": child.job_id, "backend": backend, "cell": cell})
+
     def finish(self, child: Child, timed_out: bool) -> None:
+        """The child ended (or ran out of time): the cell it was on died with it, the cells it never started run in a
+        job of their own, so one backend's crash never becomes another's result."""
         self.selector.unregister(child.fd)
         del self.children[child.fd]
         os.close(child.fd)
@@ -252,15 +294,12 @@ class Worker:
             _kill_group(child.pid)
         _, wait_status = os.waitpid(child.pid, 0)
         _kill_group(child.pid)  # threads or helpers the job started must not outlive it
-        try:
-            cell = json.loads(child.data) if child.data and not timed_out else None
-        except json.JSONDecodeError:
-            cell = None
-        if cell is None:
+        if child.running is not None:
             cell = {"stage": None, **_death_cell(child, wait_status, timed_out, self.options)}
             cell["timings"] = {"total": round(time.monotonic() - child.started, 3)}
-        cell["log_tail"] = _last_line(child.log) if cell.get("status") != "pass" else None
-        self.send({"op": "result", "id": child.job_id, "cell": cell})
+            self.send_cell(child, child.running, cell)
+        if child.pending:
+            self.queue.insert(0, (child.job_id, {**child.job, "backends": child.pending}))
 
     def loop(self, stdin_fd: int) -> None:
         # Raw reads with our own line buffer: a buffered text stream would hide read-ahead lines from select().
@@ -284,7 +323,7 @@ class Worker:
                 child: Child = key.data
                 chunk = os.read(child.fd, 1 << 16)
                 if chunk:
-                    child.data += chunk
+                    self.receive(child, chunk)
                 else:
                     self.finish(child, timed_out=False)
             now = time.monotonic()
