@@ -16,6 +16,7 @@ from support import PHRASE_IDS, PhraseMasks, max_abs_diff  # noqa: E402
 
 from hfexport.exporters import ExportStageError  # noqa: E402
 from hfexport.exporters.exporter_dynamo import DynamoConfig, DynamoExporter, SharedTrace  # noqa: E402
+from hfexport.exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter  # noqa: E402
 from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E402
 from hfexport.tiny_models import sample_inputs, tiny_model  # noqa: E402
 
@@ -28,9 +29,13 @@ def test_onnx_lowers_dynamo_trace_into_the_program_it_would_have_traced() -> Non
     model = tiny_model("LlamaForCausalLM", seed=0)
     inputs = sample_inputs(model)
     onnx, onnx_config = OnnxExporter(), OnnxConfig(dynamic=True)
-    trace = SharedTrace.for_exports((onnx, onnx_config))
+    executorch, executorch_config = ExecutorchExporter(), ExecutorchConfig(dynamic=True)
+    trace = SharedTrace.for_exports((onnx, onnx_config), (executorch, executorch_config))
     dynamo = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True), trace=trace)
     traced_code = dynamo.programs["model"].graph_module.code
+    # Attention is patched for ExecuTorch (and XNNPACK): llama's trace is not ExecuTorch's, and that stops only it.
+    assert "_patch_sdpa_as_math_attention" in trace.refusal(executorch, executorch_config, inputs)
+    assert trace.refusal(onnx, onnx_config, inputs) is None
 
     shared = onnx.export(model, inputs, onnx_config, trace=trace)
     alone = onnx.export(model, inputs, onnx_config)

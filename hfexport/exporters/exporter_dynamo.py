@@ -107,7 +107,7 @@ class DynamoExporter(HfExporter):
                     dynamic_shapes = auto_dynamic_shapes(sample_inputs, self.dynamic_upper_bound(config), static)
                     watched_static = PatchReport()
                     static_dims(watched, model, tensors, watched_static)
-                    reached.update(record["name"] for record in watched_static.installed)
+                    reached.update((record["key"], record["name"]) for record in watched_static.installed)
             # Tracing runs the model's own code: its failures are the model's, apart from the stages' own.
             with export_stage("dynamo", None, TRACE), stateful_attributes_cleared(model), torch.no_grad():
                 program = torch.export.export(
@@ -168,7 +168,7 @@ class SharedTrace:
     keys: tuple[str, ...] = ()
     options: tuple[Any, ...] = ()
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    reached: frozenset[str] = frozenset()
+    reached: frozenset[tuple[str, str]] = frozenset()  # (key, name) of the watched workarounds the trace reached
 
     @classmethod
     def for_exports(cls, *exports: tuple[DynamoExporter, DynamoConfig]) -> SharedTrace:
@@ -183,7 +183,7 @@ class SharedTrace:
         sample_inputs: dict[str, Any],
         program: ExportedProgram,
         metadata: dict[str, Any],
-        reached: set[str],
+        reached: set[tuple[str, str]],
     ) -> None:
         self.program, self.metadata = _copy_of(program), copy.deepcopy(metadata)
         self.traced_by, self.keys = exporter.export_format, exporter.workaround_keys(config)
@@ -193,12 +193,14 @@ class SharedTrace:
     def refusal(self, exporter: DynamoExporter, config: DynamoConfig, sample_inputs: dict[str, Any]) -> str | None:
         """Why this export cannot reuse the trace, or None when the trace is the one it would make."""
         keys = exporter.workaround_keys(config)
+        own = set(keys) - set(self.keys)
         if self.program is None:
             return "nothing traced yet"
-        if not set(self.keys) <= set(keys) or not set(keys) - set(self.keys) <= set(self.watch):
+        if not set(self.keys) <= set(keys) or not own <= set(self.watch):
             return f"traced with the keys {', '.join(self.keys)}, this export runs {', '.join(keys)}"
-        if self.reached:
-            return f"the trace reaches this export's own workarounds: {', '.join(sorted(self.reached))}"
+        reached = sorted(name for key, name in self.reached if key in own)
+        if reached:
+            return f"the trace reaches this export's own workarounds: {', '.join(reached)}"
         if _trace_options(exporter, config) != self.options:
             return "traced with other dynamic shapes or options"
         if not _same_inputs(self.inputs, sample_inputs):

@@ -367,10 +367,10 @@ def _restore(installed: list[_InstalledAttribute]) -> None:
 
 
 @contextlib.contextmanager
-def watch_patches(keys: Keys, reached: set[str]) -> Iterator[None]:
+def watch_patches(keys: Keys, reached: set[tuple[str, str]]) -> Iterator[None]:
     """Record in ``reached`` the patches of ``keys`` whose targets a trace calls, changing nothing it does.
 
-    Each target the patch would replace is wrapped by a pass-through that adds the patch's name to ``reached``: a trace
+    Each target the patch would replace is wrapped by a pass-through that adds (key, patch name) to ``reached``: a trace
     that reaches none of them is the one those patches would have made. A patch of a backend's own toolchain
     (torch.onnx, executorch...) only runs while lowering and is not watched; a target that is not a plain callable
     cannot be watched and counts as reached.
@@ -390,18 +390,19 @@ def watch_patches(keys: Keys, reached: set[str]) -> Iterator[None]:
                 had_own, raw = _raw_attribute(owner, name)
                 original = _unwrap_descriptor(raw)
                 if isinstance(original, property) or not callable(original):
-                    reached.add(workaround.name)
+                    reached.add((workaround.key, workaround.name))
                     continue
-                setattr(owner, name, _rewrap_descriptor(raw, _reach_recorder(original, workaround.name, reached)))
+                recorder = _reach_recorder(original, (workaround.key, workaround.name), reached)
+                setattr(owner, name, _rewrap_descriptor(raw, recorder))
                 installed.append(_InstalledAttribute(owner, name, had_own, raw))
         yield
     finally:
         _restore(installed)
 
 
-def _reach_recorder(original: Callable, name: str, reached: set[str]) -> Callable:
+def _reach_recorder(original: Callable, patch: tuple[str, str], reached: set[tuple[str, str]]) -> Callable:
     def recorder(*args: Any, **kwargs: Any) -> Any:
-        reached.add(name)
+        reached.add(patch)
         return original(*args, **kwargs)
 
     return recorder
