@@ -377,7 +377,8 @@ def _sweep_section(
         "Sets: `heads` is one class per model type, its main task head (the class `hfexport export <type>`",
         "builds); `representative` is the main head of each type in `FAMILIES` of the script; `all` is every",
         "class the tiny-model builder lists (base model and main task heads). A shard K/N is the gate's deterministic",
-        "share of the (class, backend) cells, so the shards run are a sample of the set, not a choice of models.",
+        "share of the (class, backend) cells, so the shards run are a sample of the set, not a choice of models; a",
+        "class's dynamo and ONNX cells are one share (they share a trace) since 2026-12-04, placed apart before.",
         "",
     ]
     seconds: Counter = Counter(untimed)

@@ -310,6 +310,11 @@ def test_shards_partition_the_cells_and_merge_back(tmp_path: Path, monkeypatch: 
     shares = [shard_of(cells, (k, 3)) for k in (1, 2, 3)]
     assert sorted(id(c) for share in shares for c in share) == sorted(id(c) for c in cells)
     assert shard_of(cells, (2, 3)) == shares[1]  # deterministic
+    # A class's dynamo and ONNX cells share a shard (and a trace there); its ExecuTorch cell is placed on its own.
+    for share in shares:
+        assert [c["model_class"] for c in share[::2]] == [c["model_class"] for c in share[1::2]]
+    placed = {(i, k) for i in range(50) for k in range(1, 8) if in_shard(f"Class{i}", "executorch", (k, 7))}
+    assert len(placed) == 50 and {k for _, k in placed} == set(range(1, 8))
     selection = {"mode": "all", "model_types": ["llama"], "representative": False, "reason": "--all"}
     paths = []
     for k, share in enumerate(shares, start=1):

@@ -15,6 +15,10 @@ from typing import Any
 
 # The built-in backends, in the order reports show them.
 BACKENDS = ("dynamo", "onnx", "executorch")
+# The backends whose cells of one class run in one job (``checks.run_cells``) and one shard: dynamo's trace is ONNX's
+# wherever no ONNX patch is reached. ExecuTorch bounds its dynamic dimensions and patches attention, so its trace
+# differs: its cells run on their own.
+SHARED_TRACE_BACKENDS = ("dynamo", "onnx")
 
 # "tool_error": hfexport itself failed (exit code 2); "not_checked": no tiny model could be built or run eagerly.
 # Neither is a model's failure. "error" is schema 1's build/eager/job error, read but no longer written.
@@ -177,9 +181,11 @@ def parse_shard(value: str) -> tuple[int, int]:
 
 
 def in_shard(model_class: str, backend: str, shard: tuple[int, int]) -> bool:
-    """Whether a cell is in shard ``(K, N)``: a stable hash of (class, backend) modulo N, so shards partition cells."""
+    """Whether a cell is in shard ``(K, N)``: a stable hash of (class, backend) modulo N, so shards partition cells; a
+    class's dynamo and ONNX cells hash as one, so they stay in one shard and share a trace there."""
     index, count = shard
-    return zlib.crc32(f"{model_class}|{backend}".encode()) % count == index - 1
+    unit = "+".join(SHARED_TRACE_BACKENDS) if backend in SHARED_TRACE_BACKENDS else backend
+    return zlib.crc32(f"{model_class}|{unit}".encode()) % count == index - 1
 
 
 def disabled_features(report: dict[str, Any]) -> dict[str, str]:

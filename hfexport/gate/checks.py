@@ -238,11 +238,6 @@ def _hfexport_engine() -> tuple[Callable, Callable, Callable]:
     return export, lambda exported, path: exported.save_pretrained(path), ExportedModel.from_pretrained
 
 
-# The backends whose cells of one class share one job: dynamo's trace is ONNX's wherever no ONNX patch is reached.
-# ExecuTorch bounds its dynamic dimensions and patches attention, so its trace differs: its cells run on their own.
-SHARED_TRACE_BACKENDS = ("dynamo", "onnx")
-
-
 def shared_trace(backends: list[str], engine_name: str) -> Any:
     """An empty ``SharedTrace`` for the cells of one class on ``backends`` (in order), or None when none can share."""
     if engine_name != "hfexport" or len(backends) < 2 or backends[0] != "dynamo":

@@ -21,8 +21,7 @@ from typing import Any
 from . import changes, report, views
 from .cache import ResultCache
 from .cache import environment as cache_environment
-from .cells import BACKENDS, FAILURE_STATUSES, Cell, in_shard
-from .checks import SHARED_TRACE_BACKENDS
+from .cells import BACKENDS, FAILURE_STATUSES, SHARED_TRACE_BACKENDS, Cell, in_shard
 from .jobs import JobOptions, WorkerError, WorkerProcess, transformers_dir
 from .skips import skip_reason
 
@@ -201,7 +200,7 @@ def _run_cells(
 
 def _sharing_jobs(indices: list[int], jobs: list[dict[str, Any]], engine: str) -> list[list[int]]:
     """The cells to run, as jobs: a class's dynamo and ONNX cells in one job (dynamo first, its trace handed on, see
-    ``checks.SHARED_TRACE_BACKENDS``), every other cell in one of its own; in the order of each job's first cell."""
+    ``cells.SHARED_TRACE_BACKENDS``), every other cell in one of its own; in the order of each job's first cell."""
     if engine != "hfexport":
         return [[index] for index in indices]
     groups: list[list[int]] = []
