@@ -154,13 +154,15 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
             _write_line(write_fd, {"backend": pending.pop(0), "cell": cell})
     except MemoryError:
         cell = {"status": "oom", "stage": None, "error_type": "MemoryError", "error": "out of memory"}
-        _write_line(write_fd, {"backend": pending[0], "cell": cell})
+        if pending:
+            _write_line(write_fd, {"backend": pending[0], "cell": cell})
     except BaseException as error:
         # run_cell turns every failure of a cell into its result: reaching here means hfexport itself broke.
         traceback.print_exc()
         cell = {"status": "tool_error", "stage": "job", "error_type": type(error).__name__, "error": str(error)[:500]}
         cell["frame"] = _innermost_frame(error)
-        _write_line(write_fd, {"backend": pending[0], "cell": cell})
+        if pending:
+            _write_line(write_fd, {"backend": pending[0], "cell": cell})
         status = 1
     os.close(write_fd)
     sys.stdout.flush()
