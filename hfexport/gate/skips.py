@@ -76,6 +76,7 @@ EXPORT_SKIPS: dict[str, str] = {
     "FastSpeech2ConformerWithHifiGan": _LENGTH_FROM_DURATIONS,
     "OmDetTurboForObjectDetection": _CACHE_KEYED_ON_TOKENS,
     "Qwen4ExpModel": _PER_QUERY_NONZERO,
+    "Qwen4ExpTextModel": _PER_QUERY_NONZERO,
     "Qwen4ExpForCausalLM": _PER_QUERY_NONZERO,
     "Qwen4ExpForConditionalGeneration": _PER_QUERY_NONZERO,
     "Cosmos3EdgeVisionModel": _SIZE_FROM_GRID_VALUES,
