@@ -9,6 +9,7 @@ import torch
 
 from hfexport import compat
 from hfexport.exporters import AutoExportConfig, AutoHfExporter
+from hfexport.exporters.registry import watch_patches
 from hfexport.exporters.workarounds.dynamo import _patch_sdpa_math_kernel_on_cpu
 from hfexport.exporters.workarounds.lowered import _patch_rotary_frequencies_as_cos_sin
 from hfexport.gate import checks
@@ -64,6 +65,19 @@ def test_a_model_call_through_a_thin_workaround_is_the_models_line() -> None:
     found = blame(error)
     assert (found.owner, found.workaround) == ("model", "_patch_sdpa_math_kernel_on_cpu")
     assert (found.frame.file, found.frame.line, found.frame.function) == ("modeling_fake.py", 2, "attention")
+
+
+def test_a_model_call_through_the_shared_trace_watch_is_the_models_line() -> None:
+    # A trace shared with ONNX watches ONNX's patch targets with pass-throughs: transparent, like a thin workaround.
+    namespace = {"__name__": "transformers.models.fake.modeling_fake", "torch": torch}
+    exec(compile("def delimiters(x):\n    return torch.cummax(x, dim=5)\n", "modeling_fake.py", "exec"), namespace)
+    reached: set[tuple[str, str]] = set()
+    with watch_patches("onnx", reached):
+        error = _raised(namespace["delimiters"], torch.ones(2, 3))
+    assert reached == {("onnx", "_patch_cummax_as_masked_max")}
+    found = blame(error)
+    assert (found.owner, found.workaround) == ("model", None)
+    assert (found.frame.file, found.frame.line, found.frame.function) == ("modeling_fake.py", 2, "delimiters")
 
 
 class _BranchOnValue(torch.nn.Module):

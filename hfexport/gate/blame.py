@@ -9,8 +9,9 @@
 
 ``workaround`` names the workaround (``_patch_*``, ``_fix_*``, ``_aten_*``) that was running, if any: a thin wrapper
 such as a patched ``run_decompositions`` is on the stack of every failure inside it, so it is named, not blamed. A
-patch's replacement that holds the ``original`` it wraps and was calling when the error came out stands in for that
-call: the deciding frame is its caller's (the model line that called torch's SDPA, not the wrapper's forwarding line).
+replacement of hfexport's that holds the ``original`` it wraps (a patch's, or the pass-through a shared trace watches a
+patch target with) and was calling when the error came out stands in for that call: the deciding frame is its
+caller's (the model line that called torch's SDPA, not the wrapper's forwarding line).
 
 A failure after tracing (a lowering with no translation, a fix or a partitioner choking on a node) has no model
 frame of its own: ``traced_model_frame`` finds the graph node being handled on the failing stack and reads the model
@@ -44,7 +45,7 @@ class Frame:
     function: str
     module: str
     at_call: bool = False  # the frame was calling when the error came out of the callee
-    wraps_original: bool = False  # a patch's replacement holding the function it replaces (``original``)
+    wraps_original: bool = False  # a replacement holding the function it replaces (``original``)
 
     def as_dict(self) -> dict[str, str | int]:
         return {"file": self.file, "line": self.line, "function": self.function}
@@ -127,8 +128,8 @@ def blame(error: BaseException) -> Blame:
 
 
 def _forwards(frame: Frame) -> bool:
-    """A workaround's replacement calling on (the function it wraps, as a rule): transparent, its caller decides."""
-    return frame.at_call and frame.wraps_original and _workaround(frame) is not None
+    """A replacement of ours calling on (the function it wraps, as a rule): transparent, its caller decides."""
+    return frame.at_call and frame.wraps_original and _is_ours(frame)
 
 
 def traced_model_frame(error: BaseException) -> Frame | None:
