@@ -339,23 +339,37 @@ def apply_patches(keys: Keys, report: PatchReport | None = None, kind: str = PAT
     installed: list[_InstalledAttribute] = []
     active.update((key, kind) for key in mine)
     try:
-        for workaround in registered(mine, kind):
-            for path in filter(_may_run, workaround.targets):
-                try:
-                    owner, name = resolve_path(path)
-                except UnresolvedPathError as error:
-                    logger.warning("patch %s (%s) not installed: %s", workaround.name, workaround.key, error)
-                    report.unresolved.append(_record(workaround, path))
-                    continue
-                had_own, raw = _raw_attribute(owner, name)
-                replacement = _rewrap_descriptor(raw, workaround.function(_unwrap_descriptor(raw)))
-                setattr(owner, name, replacement)
-                installed.append(_InstalledAttribute(owner, name, had_own, raw))
-                report.installed.append(_record(workaround, path))
+        for workaround, path, target in _targets(registered(mine, kind)):
+            if isinstance(target, UnresolvedPathError):
+                logger.warning("patch %s (%s) not installed: %s", workaround.name, workaround.key, target)
+                report.unresolved.append(_record(workaround, path))
+                continue
+            _replace(target, workaround.function(_unwrap_descriptor(target.original_raw)), installed)
+            report.installed.append(_record(workaround, path))
         yield report
     finally:
         _restore(installed)
         active.difference_update((key, kind) for key in mine)
+
+
+def _targets(
+    workarounds: list[Workaround],
+) -> Iterator[tuple[Workaround, str, _InstalledAttribute | UnresolvedPathError]]:
+    """Each target path of ``workarounds`` that may run (``_may_run``): the attribute as it is when reached (after the
+    replacements made so far), or why the path does not resolve."""
+    for workaround in workarounds:
+        for path in filter(_may_run, workaround.targets):
+            try:
+                owner, name = resolve_path(path)
+            except UnresolvedPathError as error:
+                yield workaround, path, error
+                continue
+            yield workaround, path, _InstalledAttribute(owner, name, *_raw_attribute(owner, name))
+
+
+def _replace(target: _InstalledAttribute, replacement: Any, installed: list[_InstalledAttribute]) -> None:
+    setattr(target.owner, target.name, _rewrap_descriptor(target.original_raw, replacement))
+    installed.append(target)
 
 
 def _restore(installed: list[_InstalledAttribute]) -> None:
@@ -375,26 +389,18 @@ def watch_patches(keys: Keys, reached: set[tuple[str, str]]) -> Iterator[None]:
     (torch.onnx, executorch...) only runs while lowering and is not watched; a target that is not a plain callable
     cannot be watched and counts as reached.
     """
-    keys = (keys,) if isinstance(keys, str) else tuple(keys)
     installed: list[_InstalledAttribute] = []
     try:
-        for workaround in registered(keys, PATCH):
+        for workaround, path, target in _targets(registered(keys, PATCH)):
             internals = _BACKEND_INTERNALS.get(workaround.backend, ((),))[0]
-            for path in filter(_may_run, workaround.targets):
-                if internals and path.startswith(internals):
-                    continue
-                try:
-                    owner, name = resolve_path(path)
-                except UnresolvedPathError:
-                    continue  # not installed by the export either
-                had_own, raw = _raw_attribute(owner, name)
-                original = _unwrap_descriptor(raw)
-                if isinstance(original, property) or not callable(original):
-                    reached.add((workaround.key, workaround.name))
-                    continue
-                recorder = _reach_recorder(original, (workaround.key, workaround.name), reached)
-                setattr(owner, name, _rewrap_descriptor(raw, recorder))
-                installed.append(_InstalledAttribute(owner, name, had_own, raw))
+            if isinstance(target, UnresolvedPathError) or (internals and path.startswith(internals)):
+                continue  # not installed by the export either, or installed only while lowering
+            original = _unwrap_descriptor(target.original_raw)
+            patch = (workaround.key, workaround.name)
+            if isinstance(original, property) or not callable(original):
+                reached.add(patch)
+                continue
+            _replace(target, _reach_recorder(original, patch, reached), installed)
         yield
     finally:
         _restore(installed)
