@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from checkout_fixture import LLAMA, llama_source
 from click.testing import CliRunner
 
 from hfexport.cli import main
@@ -55,10 +56,37 @@ def test_no_job_starts_past_the_deadline() -> None:
     ]
     with WorkerProcess(None, JobOptions(jobs=1, backends=("dynamo",))) as worker:
         # One job running and one queued are handed over at once; a cell takes seconds, so when the first
-        # finishes the deadline has passed and the last two never start.
+        # finishes the deadline has passed: the job the worker holds queued never starts, nor do the last two.
         results = {index: cell for index, _, cell in worker.run(jobs, deadline=time.monotonic() + 1.0)}
-    assert [results[i]["status"] for i in range(4)] == ["pass", "pass", "not_run", "not_run"]
-    assert results[2]["error"] == "not run: the time budget ran out"
+    assert [results[i]["status"] for i in range(4)] == ["pass", "not_run", "not_run", "not_run"]
+    assert results[1]["error"] == results[2]["error"] == "not run: the time budget ran out"
+
+
+def test_cells_a_crash_leaves_are_not_run_again_past_the_deadline(tmp_path: Path) -> None:
+    # LlamaModel's first trace aborts the child after the deadline; its ONNX cell, never started, would run again
+    # in a job of its own: past the budget it must not start.
+    source = llama_source(1) + (
+        "\n\nimport functools as _functools\nimport os as _os\nimport time as _time\n\n"
+        "_forward = LlamaModel.forward\n\n\n"
+        "@_functools.wraps(_forward)\n"
+        "def _abort_late(self, *args, **kwargs):\n"
+        "    if torch.compiler.is_exporting():\n"
+        "        _time.sleep(4)\n"
+        "        _os.abort()\n"
+        "    return _forward(self, *args, **kwargs)\n\n\n"
+        "LlamaModel.forward = _abort_late\n"
+    )
+    (tmp_path / LLAMA).parent.mkdir(parents=True)
+    (tmp_path / LLAMA).write_text(source)
+    job = {"model_type": "llama", "model_class": "LlamaModel", "module": None, "generation": False}
+    job["backends"] = ["dynamo", "onnx"]
+    with WorkerProcess(tmp_path, JobOptions(jobs=1, backends=("dynamo", "onnx"))) as worker:
+        deadline = time.monotonic() + 2
+        results = {
+            backend: cell for _, backend, cell in worker.run([{**job, "backends": ["dynamo", "onnx"]}], deadline)
+        }
+    assert results["dynamo"]["status"] == "crash" and results["dynamo"]["error_type"] == "SIGABRT", results["dynamo"]
+    assert results["onnx"]["status"] == "not_run", results["onnx"]
 
 
 def test_cells_left_by_the_budget_are_reported_not_run_never_passed(

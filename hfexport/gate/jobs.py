@@ -22,9 +22,9 @@ from typing import Any
 
 import hfexport
 
+from .worker import NOT_RUN
+
 GIB = 1024**3
-# The result of a job the time budget left no room to start.
-NOT_RUN = {"status": "not_run", "stage": None, "error_type": "Budget", "error": "not run: the time budget ran out"}
 
 
 class WorkerError(RuntimeError):
@@ -119,7 +119,8 @@ class WorkerProcess:
         dead worker fails the remaining cells as errors.
 
         Jobs are handed to the worker a few at a time, in order; past ``deadline`` (``time.monotonic()``) no more are
-        started, and the cells of those never started come back as ``not_run`` (the ones running finish).
+        started, neither here nor in the worker (a queued job, a crashed job's cells run again), and the cells of those
+        never started come back as ``not_run`` (the ones running finish).
         """
         ahead = threading.Semaphore(self.jobs + 1)
         started: list[int] = []
@@ -130,7 +131,9 @@ class WorkerProcess:
                     ahead.acquire()
                     if deadline is not None and time.monotonic() >= deadline:
                         break
-                    self._send({"op": "run", "id": index, "job": job})
+                    # The worker gets the time left too: a job it queues, or runs again, past it never starts.
+                    left = {} if deadline is None else {"seconds_left": deadline - time.monotonic()}
+                    self._send({"op": "run", "id": index, "job": job, **left})
                     started.append(index)
                 self.process.stdin.close()
             except (BrokenPipeError, ValueError, OSError):

@@ -36,6 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The cell of a job that did not start before the run's time budget ran out (``hfexport check --budget``).
+NOT_RUN = {"status": "not_run", "stage": None, "error_type": "Budget", "error": "not run: the time budget ran out"}
+
 
 class CheckoutOverlay(importlib.abc.MetaPathFinder):
     """Loads ``transformers`` module files present in a partial checkout instead of the installed ones."""
@@ -121,6 +124,7 @@ class Child:
     deadline: float
     log: Path
     started: float
+    start_by: float | None  # past it the cells the child never started are not run again (the time budget)
     pending: list[str]  # the job's backends whose cells have not come back yet, in order
     running: str | None = None  # the backend whose cell the child said it started and has not finished
     data: bytes = b""
@@ -231,7 +235,8 @@ class Worker:
     def __init__(self, options: argparse.Namespace, out: Any):
         self.options = options
         self.out = out
-        self.queue: list[tuple[int, dict[str, Any]]] = []
+        # (job id, job, the monotonic time past which it must not start, if the run has a budget)
+        self.queue: list[tuple[int, dict[str, Any], float | None]] = []
         self.children: dict[int, Child] = {}
         self.selector = selectors.DefaultSelector()
         self.logs = Path(options.log_dir)
@@ -248,11 +253,17 @@ class Worker:
             warm(request.get("modules", []))
             self.send({"op": "warmed"})
         elif op == "run":
-            self.queue.append((request["id"], request["job"]))
+            seconds_left = request.get("seconds_left")
+            start_by = None if seconds_left is None else time.monotonic() + seconds_left
+            self.queue.append((request["id"], request["job"], start_by))
 
     def start_jobs(self) -> None:
         while self.queue and len(self.children) < self.options.jobs:
-            job_id, job = self.queue.pop(0)
+            job_id, job, start_by = self.queue.pop(0)
+            if start_by is not None and time.monotonic() >= start_by:
+                for backend in job["backends"]:  # queued (or run again after a crash) past the budget: never started
+                    self.send({"op": "result", "id": job_id, "backend": backend, "cell": dict(NOT_RUN)})
+                continue
             read_fd, write_fd = os.pipe()
             log = self.logs / f"job-{job_id}-{'-'.join(job['backends'])}.log"
             pid = os.fork()
@@ -264,7 +275,8 @@ class Worker:
             now = time.monotonic()
             backends = list(job["backends"])
             # Running its first cell from the fork on: a child that dies before saying so has that cell die with it.
-            child = Child(job_id, job, pid, read_fd, now + self.options.timeout, log, now, backends, backends[0])
+            deadline = now + self.options.timeout
+            child = Child(job_id, job, pid, read_fd, deadline, log, now, start_by, backends, backends[0])
             self.children[read_fd] = child
             self.selector.register(read_fd, selectors.EVENT_READ, child)
 
@@ -301,14 +313,16 @@ class Worker:
             cell["timings"] = {"total": round(time.monotonic() - child.started, 3)}
             self.send_cell(child, child.running, cell)
         if child.pending:
-            self.queue.insert(0, (child.job_id, {**child.job, "backends": child.pending}))
+            self.queue.insert(0, (child.job_id, {**child.job, "backends": child.pending}, child.start_by))
 
     def loop(self, stdin_fd: int) -> None:
         # Raw reads with our own line buffer: a buffered text stream would hide read-ahead lines from select().
         self.selector.register(stdin_fd, selectors.EVENT_READ, None)
         stdin_open, pending = True, b""
         while stdin_open or self.queue or self.children:
-            self.start_jobs()
+            self.start_jobs()  # may only answer queued jobs as not run: then nothing is left to wait for
+            if not (stdin_open or self.children):
+                break
             deadline = min((c.deadline for c in self.children.values()), default=None)
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             for key, _ in self.selector.select(timeout):
