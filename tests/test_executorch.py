@@ -514,6 +514,27 @@ def test_node_fixes_the_runtime_needs(module, fix, traced, fed, refusal, monkeyp
         run_module(module, traced, fed)
 
 
+class ReassignedTable(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Buffer(torch.randn(16, 4), persistent=False)
+
+    def forward(self, x):
+        self.table = self.table.to(device=x.device, dtype=x.dtype)  # ctrl's pos_encoding, reassigned in forward
+        return x + self.table[: x.shape[1]]
+
+
+def test_a_buffer_reassigned_to_itself_keeps_its_values(monkeypatch):
+    module, traced, fed = ReassignedTable(), torch.randn(2, 5, 4), torch.randn(3, 7, 4)
+    output, metadata = run_module(module, traced, fed)
+    assert "_fix_buffer_reassigned_to_itself" in metadata["workarounds"]["fixes"]
+    torch.testing.assert_close(output, module(fed))
+    # Without it the copy_ becomes a buffer mutation, serialized without its values: the table reads as zeros.
+    without_workaround(monkeypatch, "_fix_buffer_reassigned_to_itself")
+    output, _ = run_module(module, traced, fed)
+    torch.testing.assert_close(output, fed)
+
+
 class InverseStft(torch.nn.Module):
     def __init__(self):
         super().__init__()

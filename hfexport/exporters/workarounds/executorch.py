@@ -302,6 +302,32 @@ def _largest_input_size(program: ExportedProgram) -> int:
 
 
 @register_fx_node_fix("executorch")
+def _fix_buffer_reassigned_to_itself(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # ctrl (`self.pos_encoding = self.pos_encoding.to(device, dtype)` in forward): the copy_ of the buffer onto itself
+    # becomes a buffer mutation, and ExecuTorch serializes a mutated buffer without its values (zeros at run time).
+    if node.target is not torch.ops.aten.copy_.default or node.users:
+        return False
+    buffer, source = node.args[:2]
+    if not isinstance(source, torch.fx.Node) or source.target not in _SAME_VALUE_CONVERSIONS:
+        return False
+    value, converted = buffer.meta.get("val"), source.meta.get("val")
+    if source.args[0] is not buffer or buffer.op != "placeholder" or not isinstance(value, torch.Tensor):
+        return False
+    if (converted.dtype, converted.device, converted.shape) != (value.dtype, value.device, value.shape):
+        return False
+    graph_module.graph.erase_node(node)
+    return True
+
+
+_SAME_VALUE_CONVERSIONS = (
+    torch.ops.aten.to.device,
+    torch.ops.aten.to.dtype,
+    torch.ops.aten.to.dtype_layout,
+    torch.ops.aten._to_copy.default,
+)
+
+
+@register_fx_node_fix("executorch")
 def _fix_python_sym_op(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # sym_max/sym_min/ceil on sizes are Python callables the edge IR verifier rejects (IR validation on).
     # to_executorch maps them to executorch_prim ops itself, but only after the verifier has run.
