@@ -26,6 +26,8 @@ STATUSES = ("pass", "fail", "crash", "timeout", "oom", "skipped", "error", "tool
 FAILURE_STATUSES = frozenset({"fail", "crash", "timeout", "oom", "error"})
 # "not_run": the time budget (--budget) ran out before the cell started; never a pass.
 NOT_A_RESULT = frozenset({"tool_error", "not_checked", "not_run"})
+# The result of a cell whose job did not start before the time budget ran out.
+NOT_RUN = {"status": "not_run", "stage": None, "error_type": "Budget", "error": "not run: the time budget ran out"}
 
 
 def _number(value: Any) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 import hfexport
 
-from .worker import NOT_RUN
+from .cells import NOT_RUN
 
 GIB = 1024**3
 

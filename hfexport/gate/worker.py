@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The cell of a job that did not start before the run's time budget ran out (``hfexport check --budget``).
-NOT_RUN = {"status": "not_run", "stage": None, "error_type": "Budget", "error": "not run: the time budget ran out"}
+from hfexport.gate.cells import NOT_RUN
 
 
 class CheckoutOverlay(importlib.abc.MetaPathFinder):
