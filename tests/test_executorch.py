@@ -887,6 +887,30 @@ def test_xnnpack_linear_and_copy_passes_skip_partitions_without_their_ops(monkey
     assert program_bytes(every) == program_bytes(pruned)
 
 
+def test_partitions_are_sorted_into_the_program_once(monkeypatch):
+    from executorch.exir import lowered_backend_module
+    from torch.fx.passes import tools_common
+
+    sorts, legalize_graph = [], tools_common.legalize_graph
+
+    def counted(graph_module):
+        sorts.append(graph_module)
+        return legalize_graph(graph_module)
+
+    monkeypatch.setattr(tools_common, "legalize_graph", counted)  # the swap's sort, once after the last partition
+    monkeypatch.setattr(lowered_backend_module, "legalize_graph", counted)  # ExecuTorch's, once per partition
+    module, traced = ThreePartitions(), torch.randn(1, 3, 4, 4)
+    once, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    assert "_patch_partitions_sorted_once" in patch_names(metadata)
+    assert (metadata["delegate_partitions"], len(sorts)) == (3, 1)
+    torch.testing.assert_close(execute(once, traced)[0], module(traced))
+    sorts.clear()
+    without_workaround(monkeypatch, "_patch_partitions_sorted_once")
+    each, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    assert (metadata["delegate_partitions"], len(sorts)) == (3, 3)
+    assert program_bytes(each) == program_bytes(once)
+
+
 def counting(call, calls: list[str]):
     """``call`` (a pass's) that first appends its pass's class name to ``calls``."""
 
