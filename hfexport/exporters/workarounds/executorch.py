@@ -311,7 +311,9 @@ def _fix_buffer_reassigned_to_itself(graph_module: torch.fx.GraphModule, node: t
     if not isinstance(source, torch.fx.Node) or source.target not in _SAME_VALUE_CONVERSIONS:
         return False
     value, converted = buffer.meta.get("val"), source.meta.get("val")
-    if source.args[0] is not buffer or buffer.op != "placeholder" or not isinstance(value, torch.Tensor):
+    if source.args[0] is not buffer or buffer.op != "placeholder":
+        return False
+    if not isinstance(value, torch.Tensor) or not isinstance(converted, torch.Tensor):
         return False
     if (converted.dtype, converted.device, converted.shape) != (value.dtype, value.device, value.shape):
         return False
