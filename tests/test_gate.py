@@ -226,6 +226,30 @@ def test_specialized_sequence_length_fails_at_the_second_shape(
     assert "specialized: tracing fixed input `input_ids` dimension 1 to 7" in output
 
 
+def test_the_export_sees_the_model_as_loaded_not_as_eager_left_it(repo: Path) -> None:
+    # Eager may grow a model's state (SeamlessM4T's conformer widens its positional table to the longest input it
+    # saw); the gate's eager reference and second shape must run on a copy, never on what is exported. (The
+    # generation exporter itself reads its cache layout from one eager forward: generation is left out here.)
+    patched = llama_source(1) + (
+        "\n\nimport functools as _functools\n\n_forward = LlamaModel.forward\n\n\n"
+        "@_functools.wraps(_forward)\n"
+        "def _grow_on_eager_calls(self, *args, **kwargs):\n"
+        "    if not torch.compiler.is_exporting():\n"
+        "        self.eager_calls = getattr(self, 'eager_calls', 0) + 1\n"
+        "    elif getattr(self, 'eager_calls', 0):\n"
+        "        raise RuntimeError(f'exported after {self.eager_calls} eager calls')\n"
+        "    return _forward(self, *args, **kwargs)\n\n\n"
+        "LlamaModel.forward = _grow_on_eager_calls\n"
+    )
+    commit(repo, {LLAMA: patched}, "count eager calls")
+    selection = changes.Selection(mode="models", names=LLAMA_CLASSES)
+    options = CheckOptions(backends=["dynamo", "onnx"], jobs=2, timeout=120, generation=False)
+    result = run_check(Target(selection, repo), options, echo=lambda line: None)
+    cells = {(c["model_class"], c["backend"]): c for c in result["cells"]}
+    assert len(cells) == 4 and {cell["status"] for cell in cells.values()} == {"pass"}, cells
+    assert {cell["second_shape"]["status"] for cell in cells.values()} == {"pass"}
+
+
 # ── Isolation ──
 
 

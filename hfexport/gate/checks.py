@@ -298,15 +298,19 @@ def generation_available(engine_name: str) -> bool:
 
 class ClassUnderTest:
     """What the cells of one model class in one job share: the tiny model, its sample inputs and eager outputs, built
-    once by the first cell (a failure there ends every cell the same way), and the trace dynamo hands on to ONNX."""
+    once by the first cell (a failure there ends every cell the same way), and the trace dynamo hands on to ONNX.
+
+    Eager runs on a copy of the model (``reference``), never on the one exported: a forward may grow the model's state
+    (SeamlessM4T's conformer widens its positional table to the longest input seen), and the export must see the
+    model as loaded, as a user's export would."""
 
     def __init__(self, job: dict[str, Any], checkout: Path | None, trace: Any = None):
         self.job, self.checkout, self.trace = job, checkout, trace
-        self.built: tuple[Any, dict[str, Any], Any] | None = None
+        self.built: tuple[Any, Any, dict[str, Any], Any] | None = None
         self.failure: CellFailure | None = None
 
-    def build(self, timings: dict[str, float]) -> tuple[Any, dict[str, Any], Any]:
-        """(model, sample inputs, eager outputs); timed in the first cell only."""
+    def build(self, timings: dict[str, float]) -> tuple[Any, Any, dict[str, Any], Any]:
+        """(model to export, model eager runs on, sample inputs, eager outputs); timed in the first cell only."""
         import torch
 
         from hfexport import tiny_models
@@ -318,13 +322,22 @@ class ClassUnderTest:
                 with step("build", timings, "build", building=True):
                     model = build_model(self.job, self.checkout)
                     inputs = tiny_models.sample_inputs(model)
+                    reference = _eager_copy(model, self.job, self.checkout)
                 with step("eager", timings, "eager", building=True), torch.no_grad():
-                    expected = model(**copy.deepcopy(inputs))
+                    expected = reference(**copy.deepcopy(inputs))
             except CellFailure as failure:
                 self.failure = failure
                 raise
-            self.built = (model, inputs, expected)
+            self.built = (model, reference, inputs, expected)
         return self.built
+
+
+def _eager_copy(model: Any, job: dict[str, Any], checkout: Path | None) -> Any:
+    """An identical model for eager to run on: a deep copy, or the same seeded build where it cannot be copied."""
+    try:
+        return copy.deepcopy(model)
+    except Exception:  # a module holding something deepcopy refuses (a lock, a generator): build it again, same seed
+        return build_model(job, checkout)
 
 
 def run_cells(job: dict[str, Any], checkout: Path | None, engine_name: str = "hfexport") -> Iterator[dict[str, Any]]:
@@ -386,7 +399,7 @@ def _check(
     from hfexport.exporters.utils import ExportStageError
 
     export, save, load = engine(engine_name)
-    model, inputs, expected = shared.build(timings)
+    model, reference, inputs, expected = shared.build(timings)
     traced = {"trace": shared.trace} if shared.trace is not None else {}
     with tempfile.TemporaryDirectory(prefix="hfexport-cell-") as scratch:
         try:
@@ -413,9 +426,9 @@ def _check(
             if problem:
                 traced = {name: list(value.shape) for name, value in inputs.items() if hasattr(value, "shape")}
                 raise OutputMismatch(f"at the traced shape ({shapes_text(traced)}): {problem}")
-        _check_second_shape(model, inputs, loaded, tolerance, cell, timings)
+        _check_second_shape(reference, inputs, loaded, tolerance, cell, timings)
     if shared.job.get("generation") and generation_available(engine_name) and _can_generate(model):
-        _check_generation(model, inputs, export, backend, cell, timings)
+        _check_generation(model, reference, inputs, export, backend, cell, timings)
 
 
 def _check_second_shape(
@@ -471,7 +484,7 @@ def shapes_text(shapes: dict[str, list[int]]) -> str:
 
 
 def _check_generation(
-    model: Any, inputs: dict[str, Any], export: Callable, backend: str, cell: dict[str, Any], timings
+    model: Any, reference: Any, inputs: dict[str, Any], export: Callable, backend: str, cell: dict[str, Any], timings
 ) -> None:
     """A few greedy steps on the exported prefill/decode programs must pick eager's tokens."""
     import torch
@@ -479,7 +492,7 @@ def _check_generation(
     input_ids = inputs["input_ids"]
     try:
         with torch.no_grad():
-            expected = model.generate(
+            expected = reference.generate(
                 input_ids=input_ids, max_new_tokens=GENERATION_TOKENS, min_new_tokens=GENERATION_TOKENS, do_sample=False
             )
     except Exception as error:  # eager itself has no greedy text generation (higgs_audio_v2 emits audio codebooks)
