@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -511,6 +512,51 @@ def test_node_fixes_the_runtime_needs(module, fix, traced, fed, refusal, monkeyp
     torch.testing.assert_close(output, module(fed))
     without_workaround(monkeypatch, fix)
     with pytest.raises(RuntimeError, match=refusal):
+        run_module(module, traced, fed)
+
+
+class NgramHashes(torch.nn.Module):
+    def forward(self, x):
+        # blt's byte n-gram hashes: int64 products wrap around, their sums pass 2**53, some are negative.
+        windows = torch.cat([x.new_zeros(x.shape[0], 2), x], dim=1).unfold(1, 3, 1)
+        return (windows * torch.tensor(5915587277) ** torch.arange(3)).sum(-1) % 30000
+
+
+@pytest.mark.parametrize(
+    "fix",
+    ["_fix_integer_power_by_squaring", "_fix_integer_sum_as_cumsum_end", "_fix_integer_remainder_from_floor_division"],
+)
+def test_integer_arithmetic_wraps_and_rounds_as_torch_does(fix, monkeypatch):
+    module = NgramHashes()
+    traced, fed = torch.randint(0, 256, (2, 5)), torch.randint(0, 256, (3, 9))
+    output, metadata = run_module(module, traced, fed)
+    assert fix in metadata["workarounds"]["fixes"]
+    assert torch.equal(output, module(fed))
+    # Without it the runtime's kernel computes another integer: saturated, rounded through double, or of C's sign.
+    without_workaround(monkeypatch, fix)
+    output, _ = run_module(module, traced, fed)
+    assert not torch.equal(output, module(fed))
+
+
+class PatchMaxima(torch.nn.Module):
+    config = types.SimpleNamespace(max_position_embeddings=16)
+
+    def forward(self, x):
+        from transformers.models.blt.modeling_blt import BltLocalEncoder
+
+        lengths = torch.tensor([[1, 3, 0, 2], [4, 1, 1, 1]])  # consecutive spans of tokens, as blt's patches are
+        starts = torch.cat([lengths.new_zeros(2, 1), lengths.cumsum(-1)[:, :-1]], dim=-1)
+        patch_ids = (starts.unsqueeze(1) <= torch.arange(x.shape[1]).view(1, -1, 1)).sum(-1) - 1
+        return BltLocalEncoder.patch_reduce(self, x, 4, patch_ids)
+
+
+def test_blt_patch_maxima_without_scatter_reduce(monkeypatch):
+    module, traced, fed = PatchMaxima(), torch.randn(2, 7, 4), torch.randn(2, 9, 4)
+    output, metadata = run_module(module, traced, fed)
+    assert "_patch_blt_patch_max_by_doubling_strides" in patch_names(metadata)
+    assert torch.equal(output, module(fed))
+    without_workaround(monkeypatch, "_patch_blt_patch_max_by_doubling_strides")
+    with pytest.raises(RuntimeError, match=_KERNEL_MISSING):
         run_module(module, traced, fed)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -75,6 +75,27 @@ def _segment_winners(index: torch.Tensor, src: torch.Tensor, largest: bool) -> t
     position = torch.arange(index.shape[0], device=index.device)
     ties_before = (src[None, :] == src[:, None]) & (position[None, :] < position[:, None])
     return ~(same_segment & (beats | ties_before)).any(dim=1)
+
+
+@register_patch("executorch", "transformers.models.blt.modeling_blt.BltLocalEncoder.patch_reduce")
+def _patch_blt_patch_max_by_doubling_strides(original: Callable) -> Callable:
+    # blt (each patch's max token state, a 3-D scatter_reduce amax): the runtime has no scatter_reduce kernel (0x14 at
+    # load). Patches are consecutive token spans: a running max over doubling strides ends each span with its max.
+    def patch_reduce(self: Any, hidden_states: torch.Tensor, max_num_patches: Any, patch_ids: torch.Tensor) -> Any:
+        positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)
+        running = hidden_states
+        stride = 1
+        while stride < self.config.max_position_embeddings:  # the longest span a sequence can hold
+            earlier = (positions - stride).clamp(min=0)
+            same_patch = (patch_ids[:, earlier] == patch_ids) & (positions >= stride)
+            running = torch.where(same_patch.unsqueeze(-1), torch.maximum(running, running[:, earlier]), running)
+            stride *= 2
+        counts = patch_ids.new_zeros(patch_ids.shape[0], max_num_patches)
+        counts = counts.scatter_add(1, patch_ids, torch.ones_like(patch_ids))
+        span_ends = (counts.cumsum(1) - 1).clamp(min=0).unsqueeze(-1).expand(-1, -1, running.shape[-1])
+        return running.gather(1, span_ends).where(counts.unsqueeze(-1) > 0, 0)
+
+    return patch_reduce
 
 
 @register_patch("executorch", "torch.nn.functional.interpolate")
@@ -350,6 +371,112 @@ def _irfft_arguments(node: torch.fx.Node, bins: Any) -> tuple[Any, int | None, f
 
 def _fft_options(n: Any = None, dim: int = -1, norm: str | None = "backward") -> tuple[Any, int, str | None]:
     return n, dim, norm or "backward"
+
+
+_REMAINDERS = (torch.ops.aten.remainder.Scalar, torch.ops.aten.remainder.Tensor)
+
+
+@register_fx_node_fix("executorch")
+def _fix_integer_remainder_from_floor_division(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # blt's n-gram hashes (wrapped int64 products % vocabulary): the runtime's integer remainder takes the dividend's
+    # sign (C's %), torch's the divisor's, so a negative hash indexes its embedding below 0 (0x12); x - (x // y) * y
+    # is torch's, from the runtime's floor_divide (right for integers, as float remainder is).
+    if node.target not in _REMAINDERS or node.meta["val"].dtype.is_floating_point:
+        return False
+    dividend, divisor = node.args[:2]
+    graph = graph_module.graph
+    with graph.inserting_before(node):
+        quotient = _call_with_value(graph, torch.ops.aten.floor_divide.default, dividend, divisor)
+        multiple = _call_with_value(graph, torch.ops.aten.mul.Tensor, quotient, divisor)
+        remainder = _call_with_value(graph, torch.ops.aten.sub.Tensor, dividend, multiple)
+    node.replace_all_uses_with(remainder)
+    graph.erase_node(node)
+    return True
+
+
+_INTEGER_POWERS = (torch.ops.aten.pow.Tensor_Tensor, torch.ops.aten.pow.Scalar, torch.ops.aten.pow.Tensor_Scalar)
+
+
+@register_fx_node_fix("executorch")
+def _fix_integer_power_by_squaring(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # blt's hash prime powers (prime ** arange(n), int64): the runtime's pow goes through double, so a power past 2**63
+    # saturates where torch's wraps around; multiplying the squares the exponent's bits pick wraps as torch does.
+    value = node.meta["val"]
+    if node.target not in _INTEGER_POWERS or value.dtype.is_floating_point or value.dtype is torch.bool:
+        return False
+    base, exponent = node.args[:2]
+    if isinstance(exponent, int) and exponent <= 0:
+        return False
+    graph = graph_module.graph
+    with graph.inserting_before(node):
+        multiply = functools.partial(_call_with_value, graph, torch.ops.aten.mul.Tensor)
+        power = functools.reduce(multiply, _squares_picked(graph, base, exponent))
+        if power.meta["val"].dtype != value.dtype:
+            power = _call_with_value(graph, torch.ops.aten._to_copy.default, power, dtype=value.dtype)
+    node.replace_all_uses_with(power)
+    graph.erase_node(node)
+    return True
+
+
+def _squares_picked(graph: torch.fx.Graph, base: Any, exponent: Any) -> Iterator[torch.fx.Node]:
+    """``base ** 2 ** k`` for each bit k the exponent sets; where the bits are only known at run time, for each bit
+    it may set: that square or 1."""
+    known = isinstance(exponent, int)
+    bits = exponent.bit_length() if known else _exponent_bits(exponent)
+    square = base
+    for bit in range(bits):
+        if not known:
+            shifted = _call_with_value(graph, torch.ops.aten.bitwise_right_shift.Tensor_Scalar, exponent, bit)
+            odd = _call_with_value(graph, torch.ops.aten.bitwise_and.Scalar, shifted, 1)
+            picked = _call_with_value(graph, torch.ops.aten.ne.Scalar, odd, 0)
+            where = torch.ops.aten.where.Scalar if isinstance(square, int) else torch.ops.aten.where.ScalarOther
+            yield _call_with_value(graph, where, picked, square, 1)
+        elif exponent >> bit & 1:
+            yield square
+        if bit + 1 == bits:
+            break
+        if isinstance(square, int):  # a scalar base: its squares are known now
+            square = _wrapped(square * square)
+        else:
+            square = _call_with_value(graph, torch.ops.aten.mul.Tensor, square, square)
+
+
+def _exponent_bits(exponent: torch.fx.Node) -> int:
+    """How many low bits of an integer exponent can be set: from ``arange``'s end where it made the exponents."""
+    if exponent.target in (torch.ops.aten.arange.default, torch.ops.aten.arange.start):
+        end = exponent.args[0] if exponent.target is torch.ops.aten.arange.default else exponent.args[1]
+        if isinstance(end, int):
+            return max((end - 1).bit_length(), 1)
+    return torch.iinfo(exponent.meta["val"].dtype).bits - 1
+
+
+def _wrapped(number: int) -> int:
+    """``number`` as int64 arithmetic leaves it: wrapped around into [-2**63, 2**63)."""
+    return (number + 2**63) % 2**64 - 2**63
+
+
+@register_fx_node_fix("executorch")
+def _fix_integer_sum_as_cumsum_end(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # blt's hashes (sums of wrapped int64 products): the runtime sums integers over a dimension in double, off past
+    # 2**53, where its cumsum adds integers exactly: each dimension's sum is its cumsum's last element.
+    value = node.meta["val"]
+    if node.target is not torch.ops.aten.sum.dim_IntList or value.dtype.is_floating_point:
+        return False
+    source, dims, keepdim = *node.args[:2], (node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+    rank = source.meta["val"].dim()
+    if source.meta["val"].dtype in (torch.bool, torch.uint8) or not dims or rank == 0:
+        return False
+    dims = sorted({dim % rank for dim in dims})
+    graph, summed = graph_module.graph, source
+    with graph.inserting_before(node):
+        for dim in dims:
+            summed = _call_with_value(graph, torch.ops.aten.cumsum.default, summed, dim, dtype=value.dtype)
+            summed = _call_with_value(graph, torch.ops.aten.slice.Tensor, summed, dim, -1, 2**63 - 1)
+        if not keepdim:
+            summed = _call_with_value(graph, torch.ops.aten.squeeze.dims, summed, dims)
+    node.replace_all_uses_with(summed)
+    graph.erase_node(node)
+    return True
 
 
 _SIZED_DRAWS = {
