@@ -230,8 +230,9 @@ def test_the_export_sees_the_model_as_loaded_not_as_eager_left_it(repo: Path) ->
     # Eager may grow a model's state (SeamlessM4T's conformer widens its positional table to the longest input it
     # saw); the gate's eager reference and second shape must run on a copy, never on what is exported. (The
     # generation exporter itself reads its cache layout from one eager forward: generation is left out here.)
+    # LlamaForCausalLM holds a lock, which deepcopy refuses: its copy is the same seeded model built again.
     patched = llama_source(1) + (
-        "\n\nimport functools as _functools\n\n_forward = LlamaModel.forward\n\n\n"
+        "\n\nimport functools as _functools\nimport threading as _threading\n\n_forward = LlamaModel.forward\n\n\n"
         "@_functools.wraps(_forward)\n"
         "def _grow_on_eager_calls(self, *args, **kwargs):\n"
         "    if not torch.compiler.is_exporting():\n"
@@ -240,6 +241,11 @@ def test_the_export_sees_the_model_as_loaded_not_as_eager_left_it(repo: Path) ->
         "        raise RuntimeError(f'exported after {self.eager_calls} eager calls')\n"
         "    return _forward(self, *args, **kwargs)\n\n\n"
         "LlamaModel.forward = _grow_on_eager_calls\n"
+        "_init = LlamaForCausalLM.__init__\n\n\n"
+        "def _init_with_lock(self, config):\n"
+        "    _init(self, config)\n"
+        "    self.weights_lock = _threading.Lock()\n\n\n"
+        "LlamaForCausalLM.__init__ = _init_with_lock\n"
     )
     commit(repo, {LLAMA: patched}, "count eager calls")
     selection = changes.Selection(mode="models", names=LLAMA_CLASSES)
