@@ -462,7 +462,7 @@ def _fix_integer_sum_as_cumsum_end(graph_module: torch.fx.GraphModule, node: tor
     value = node.meta["val"]
     if node.target is not torch.ops.aten.sum.dim_IntList or value.dtype.is_floating_point:
         return False
-    source, dims, keepdim = *node.args[:2], (node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+    source, (dims, keepdim) = node.args[0], _sum_arguments(*node.args[1:], **node.kwargs)
     rank = source.meta["val"].dim()
     if source.meta["val"].dtype in (torch.bool, torch.uint8) or not dims or rank == 0:
         return False
@@ -477,6 +477,10 @@ def _fix_integer_sum_as_cumsum_end(graph_module: torch.fx.GraphModule, node: tor
     node.replace_all_uses_with(summed)
     graph.erase_node(node)
     return True
+
+
+def _sum_arguments(dim: list[int] | None, keepdim: bool = False, *, dtype: Any = None) -> tuple[list[int] | None, bool]:
+    return dim, keepdim
 
 
 _SIZED_DRAWS = {
