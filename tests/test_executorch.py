@@ -957,6 +957,54 @@ def test_partitions_are_sorted_into_the_program_once(monkeypatch):
     assert program_bytes(each) == program_bytes(once)
 
 
+def test_idle_retraces_are_skipped_and_each_delegate_unlifted_once(monkeypatch):
+    from executorch.exir.pass_base import ExportPass
+    from torch.export import ExportedProgram
+
+    retraces, unliftings, unlift = [], [], ExportedProgram.module
+
+    def counted_unlift(self, *args, **kwargs):
+        unliftings.append(self)
+        return unlift(self, *args, **kwargs)
+
+    monkeypatch.setattr(ExportPass, "call", counting(ExportPass.call, retraces))
+    monkeypatch.setattr(ExportedProgram, "module", counted_unlift)
+    module, traced = ThreePartitions(), torch.randn(1, 3, 4, 4)
+    swapped, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    swaps = {
+        "_patch_idle_constant_folding_skipped",
+        "_patch_idle_dim_order_legalization_skipped",
+        "_patch_delegate_program_unlifted_once",
+    }
+    assert swaps <= patch_names(metadata)
+    torch.testing.assert_close(execute(swapped, traced)[0], module(traced))
+    skipped = {"ConstPropPass", "LegalizePortableDimOrderPass"}
+    assert not skipped & set(retraces)
+    assert metadata["delegate_partitions"] == 3
+    assert len(unliftings) == len(set(map(id, unliftings))) == 3 + 1  # each delegate's, and the decomposed program's
+    retraces.clear()
+    unliftings.clear()
+    for name in swaps:
+        without_workaround(monkeypatch, name)
+    every, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    assert sorted(name for name in retraces if name in skipped) == ["ConstPropPass"] * 3 + [
+        "LegalizePortableDimOrderPass"
+    ]
+    assert len(unliftings) > 3  # the same delegate programs unlifted again for each later re-trace
+    assert program_bytes(every) == program_bytes(swapped)
+
+
+def test_constant_folding_runs_where_an_op_reads_only_constants():
+    graph = torch.fx.Graph()
+    x, weight = graph.placeholder("x"), graph.get_attr("weight")
+    full = graph.call_function(torch.ops.aten.full.default, ([4], 2.0))  # literals only: folded
+    scaled = graph.call_function(torch.ops.aten.mul.Tensor, (weight, full))
+    transposed = graph.call_function(torch.ops.aten.t.default, (weight,))  # a constant tensor only: folded
+    added = graph.call_function(torch.ops.aten.add.Tensor, (x, scaled))  # reads the input: kept
+    reads_only_constants = fast_lowering_workarounds._reads_only_constants
+    assert [reads_only_constants(node) for node in (full, transposed, added)] == [True, True, False]
+
+
 def counting(call, calls: list[str]):
     """``call`` (a pass's) that first appends its pass's class name to ``calls``."""
 

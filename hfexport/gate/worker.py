@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -109,6 +110,14 @@ def warm(modules: list[str]) -> None:
             importlib.import_module(module)
         except Exception:
             continue
+    _freeze_imported()
+
+
+def _freeze_imported() -> None:
+    """Keep what is imported so far out of the children's garbage collections: a full collection in a child would
+    walk (and write to, copying on write) every object of this process; 0.35 s less per ExecuTorch job on gemma3."""
+    gc.collect()
+    gc.freeze()
 
 
 # ── Forked jobs ──
@@ -390,6 +399,7 @@ def main() -> None:
     os.dup2(2, 1)
     install_checkout(_root(options))
     problems = _preload(options.backends.split(","), options.engine)
+    _freeze_imported()
     out.write(json.dumps({"op": "ready", "backend_problems": problems}) + "\n")
     out.flush()
     Worker(options, out).loop(sys.stdin.fileno())
