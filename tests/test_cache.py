@@ -131,3 +131,19 @@ def test_without_a_budget_cells_start_longest_first_by_their_last_run(tmp_path: 
     later, _, _ = _entry(tmp_path, ENVIRONMENT)
     assert later.get(jobs[1]) is None and later.last_seconds(jobs[1]) == 95.0
     assert run._longest_first([[0], [1], [2]], jobs, later) == [[1], [2], [0]]
+
+
+def test_a_cell_is_keyed_on_the_checkout_test_files_its_tiny_config_came_from(tmp_path: Path) -> None:
+    # The ModelTester's module is imported and dropped again; the cache still learns which files it was read from.
+    from tester_checkout import make_tester_checkout
+
+    from hfexport.gate.cache import imported_sources
+    from hfexport.tiny_models import tiny_config
+    from hfexport.tiny_models.configs import checkout_test_files
+
+    checkout = make_tester_checkout(tmp_path / "checkout")
+    tiny_config("llama", checkout=checkout)
+    sources = imported_sources(checkout, [], [], checkout_test_files)
+    assert "checkout:tests/models/llama/test_modeling_llama.py" in sources
+    assert "checkout:tests/causal_lm_tester.py" in sources
+    assert imported_sources(tmp_path / "other", [], [], checkout_test_files) == []  # another checkout's files: not ours

@@ -61,18 +61,6 @@ def environment(root: Path | None, engine: str) -> dict[str, Any]:
     }
 
 
-def record_opened_files() -> set[str]:
-    """Start recording the files this process opens from now on (module sources and caches included)."""
-    opened: set[str] = set()
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event == "open" and args and isinstance(args[0], str) and args[0].endswith((".py", ".pyc")):
-            opened.add(args[0])
-
-    sys.addaudithook(hook)  # for the rest of the process: call it in a job's own forked child only
-    return opened
-
-
 def _reachable(start: list[ModuleType]) -> list[ModuleType]:
     """The transformers modules ``start`` reaches through its globals (modules, and the modules of its classes and
     functions), transitively: the code a model can run, without the whole package its lazy import machinery loaded."""
@@ -92,23 +80,18 @@ def _reachable(start: list[ModuleType]) -> list[ModuleType]:
 
 
 def imported_sources(
-    checkout: Path | None, start: list[ModuleType], imported_here: list[ModuleType], opened: set[str]
+    checkout: Path | None, start: list[ModuleType], imported_here: list[ModuleType], test_files: set[str]
 ) -> list[str]:
     """The transformers source files a job depended on, as ``checkout:<path>`` or ``site:<path>``: those reachable from
-    ``start`` (the model's and its config's modules) and from the modules the job itself imported, and the Python
-    files it opened in the checkout outside its ``src`` (a ModelTester of its tests, imported and dropped again)."""
-    import importlib.util
-
+    ``start`` (the model's and its config's modules) and from the modules the job itself imported, and the checkout's
+    test files its tiny config was read from (a ModelTester, imported and dropped again: ``test_files``)."""
     import transformers
 
     roots = [("checkout", checkout.resolve())] if checkout is not None else []
     roots.append(("site", Path(transformers.__file__).resolve().parent.parent))
     files = {getattr(m, "__file__", None) for m in _reachable([*start, *imported_here])}
-    for name in opened:
-        with contextlib.suppress(ValueError):
-            source = Path(importlib.util.source_from_cache(name) if name.endswith(".pyc") else name).resolve()
-            if checkout is not None and source.is_relative_to(checkout.resolve() / "tests"):
-                files.add(str(source))
+    if checkout is not None:
+        files.update(name for name in test_files if Path(name).resolve().is_relative_to(checkout.resolve() / "tests"))
     found = set()
     for file in filter(None, files):
         path = Path(file).resolve()

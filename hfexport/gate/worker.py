@@ -155,15 +155,14 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // options.jobs))
-        from hfexport.gate.cache import record_opened_files
         from hfexport.gate.checks import run_cells
 
-        before, opened = set(sys.modules), record_opened_files()
+        before = set(sys.modules)
         cells = run_cells(job, _root(options), options.engine)
         while pending:
             _write_line(write_fd, {"started": pending[0]})
             cell = next(cells)
-            cell["sources"] = _sources(job, options, before, opened)
+            cell["sources"] = _sources(job, options, before)
             _write_line(write_fd, {"backend": pending.pop(0), "cell": cell})
     except MemoryError:
         cell = {"status": "oom", "stage": None, "error_type": "MemoryError", "error": "out of memory"}
@@ -183,16 +182,17 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
     os._exit(status)
 
 
-def _sources(job: dict[str, Any], options: argparse.Namespace, before: set[str], opened: set[str]) -> list[str]:
+def _sources(job: dict[str, Any], options: argparse.Namespace, before: set[str]) -> list[str]:
     """What the result cache keys a cell on: the model's and config's code, and what the job imported so far."""
     from hfexport.gate.cache import imported_sources
+    from hfexport.tiny_models.configs import checkout_test_files
 
     model_class = getattr(sys.modules.get(job.get("module") or ""), job["model_class"], None)
     config_class = getattr(model_class, "config_class", None)
     start = [sys.modules[c.__module__] for c in (model_class, config_class) if c is not None]
     imported_here = [sys.modules[name] for name in set(sys.modules) - before if sys.modules.get(name)]
     # No model class to start from: no closure to trust, so the result is not cached.
-    return imported_sources(_root(options), start, imported_here, opened) if start else []
+    return imported_sources(_root(options), start, imported_here, checkout_test_files) if start else []
 
 
 def _write_line(fd: int, message: dict[str, Any]) -> None:

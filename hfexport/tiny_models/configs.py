@@ -348,6 +348,11 @@ def _fill_sizes_left_to_checkpoints(config: PretrainedConfig) -> None:
 # ── Configs from a transformers checkout's model testers ──
 
 
+# The files of the checkout's `tests` modules tiny configs were read from (a ModelTester and what it imports), for
+# this process: they are dropped from sys.modules again, and the gate's result cache keys a cell on them.
+checkout_test_files: set[str] = set()
+
+
 @contextlib.contextmanager
 def _checkout_tests_importable(checkout: Path) -> Iterator[None]:
     # The checkout's `tests` package would clash with any other `tests` package already imported.
@@ -360,7 +365,8 @@ def _checkout_tests_importable(checkout: Path) -> Iterator[None]:
     finally:
         sys.path.remove(str(checkout))
         for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:
-            del sys.modules[name]
+            checkout_test_files.add(getattr(sys.modules.pop(name), "__file__", None) or "")
+        checkout_test_files.discard("")
         sys.modules.update(saved)
 
 
