@@ -92,3 +92,25 @@ def test_a_trace_is_reused_only_with_the_same_options_and_inputs() -> None:
     onnx_first = SharedTrace.for_exports((DynamoExporter(), DynamoConfig(dynamic=True)))
     onnx.export(model, inputs, OnnxConfig(dynamic=True), trace=onnx_first)
     assert "keys" in onnx_first.refusal(DynamoExporter(), DynamoConfig(dynamic=True), inputs)
+
+
+def test_onnx_generation_lowers_dynamo_traces_of_prefill_and_decode() -> None:
+    import collections
+
+    model = tiny_model("LlamaForCausalLM", seed=0)
+    inputs = sample_inputs(model)
+    onnx, onnx_config = OnnxExporter(), OnnxConfig()
+    traces = collections.defaultdict(lambda: SharedTrace.for_exports((onnx, onnx_config)))
+    dynamo = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(), traces=traces)
+    shared = onnx.export_for_generation(model, inputs, onnx_config, traces=traces)
+    alone = onnx.export_for_generation(model, inputs, onnx_config)
+    assert sorted(traces) == ["decode", "prefill"]
+    for name in ("prefill", "decode"):
+        component = shared.components[name]
+        assert component["trace_shared_from"] == "dynamo" and component["timings"]["torch.export"] == 0.0
+        assert component["timings"]["reused trace (not spent)"] == dynamo.components[name]["timings"]["torch.export"]
+        assert "trace_shared_from" not in alone.components[name]
+    with torch.no_grad():
+        expected = model.generate(inputs["input_ids"], max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    for exported in (shared, alone, dynamo):
+        assert exported.generate(inputs["input_ids"], max_new_tokens=4, min_new_tokens=4).tolist() == expected.tolist()

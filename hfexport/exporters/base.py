@@ -124,7 +124,10 @@ class HfExporter:
     def export_for_generation(
         self, model: PreTrainedModel, sample_inputs: dict[str, Any], config: ExportConfigMixin | None = None, **kwargs
     ) -> ExportedModel:
-        """Export what greedy generation needs (prefill and decode with a KV cache)."""
+        """Export what greedy generation needs (prefill and decode with a KV cache).
+
+        ``traces``: a ``SharedTrace`` per component name, as ``export``'s ``trace`` (``export_generation_components``).
+        """
         from .generation import export_generation_components
 
         config = self._config_or_default(config)

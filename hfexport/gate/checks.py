@@ -8,7 +8,9 @@ its stage ("onnx · stage 4 ONNX translations"), the other steps are "build", "e
 
 from __future__ import annotations
 
+import collections
 import copy
+import functools
 import importlib
 import importlib.util
 import linecache
@@ -231,20 +233,28 @@ def _hfexport_engine() -> tuple[Callable, Callable, Callable]:
 
     def export(model: Any, inputs: dict[str, Any], backend: str, generation: bool, trace: Any = None) -> Any:
         exporter, config = _gate_export(backend, generation)
-        if generation:
-            return exporter.export_for_generation(model, inputs, config)
+        if generation:  # ``trace``: one SharedTrace per generation component
+            return exporter.export_for_generation(model, inputs, config, traces=trace)
         return exporter.export(model, inputs, config, trace=trace)
 
     return export, lambda exported, path: exported.save_pretrained(path), ExportedModel.from_pretrained
 
 
-def shared_trace(backends: list[str], engine_name: str) -> Any:
+def shared_trace(backends: list[str], engine_name: str, generation: bool = False) -> Any:
     """An empty ``SharedTrace`` for the cells of one class on ``backends`` (in order), or None when none can share."""
     if engine_name != "hfexport" or len(backends) < 2 or backends[0] != "dynamo":
         return None
     from hfexport.exporters.exporter_dynamo import SharedTrace
 
-    return SharedTrace.for_exports(*(_gate_export(backend) for backend in backends[1:]))
+    return SharedTrace.for_exports(*(_gate_export(backend, generation) for backend in backends[1:]))
+
+
+def shared_generation_traces(backends: list[str], engine_name: str) -> dict[str, Any] | None:
+    """An empty ``SharedTrace`` per generation component (prefill and decode, or encoder and decoder), made as each
+    is first exported; None when the backends cannot share traces."""
+    if shared_trace(backends, engine_name, generation=True) is None:
+        return None
+    return collections.defaultdict(lambda: shared_trace(backends, engine_name, generation=True))
 
 
 def engine(name: str) -> tuple[Callable, Callable, Callable]:
@@ -298,14 +308,17 @@ def generation_available(engine_name: str) -> bool:
 
 class ClassUnderTest:
     """What the cells of one model class in one job share: the tiny model, its sample inputs and eager outputs, built
-    once by the first cell (a failure there ends every cell the same way), and the trace dynamo hands on to ONNX.
+    once by the first cell (a failure there ends every cell the same way), and the traces dynamo hands on to ONNX
+    (the model's, and its generation components').
 
     Eager runs on a copy of the model (``reference``), never on the one exported: a forward may grow the model's state
     (SeamlessM4T's conformer widens its positional table to the longest input seen), and the export must see the
     model as loaded, as a user's export would."""
 
-    def __init__(self, job: dict[str, Any], checkout: Path | None, trace: Any = None):
-        self.job, self.checkout, self.trace = job, checkout, trace
+    def __init__(
+        self, job: dict[str, Any], checkout: Path | None, trace: Any = None, generation_traces: Any = None
+    ) -> None:
+        self.job, self.checkout, self.trace, self.generation_traces = job, checkout, trace, generation_traces
         self.built: tuple[Any, Any, dict[str, Any], Any] | None = None
         self.failure: CellFailure | None = None
 
@@ -344,7 +357,8 @@ def run_cells(job: dict[str, Any], checkout: Path | None, engine_name: str = "hf
     """Check one model class on each of ``job["backends"]`` in turn, yielding each cell as it is done; the model is
     built once, and dynamo's trace is ONNX's where it is the program ONNX would trace."""
     backends = list(job["backends"])
-    shared = ClassUnderTest(job, checkout, shared_trace(backends, engine_name))
+    traces = shared_trace(backends, engine_name), shared_generation_traces(backends, engine_name)
+    shared = ClassUnderTest(job, checkout, *traces)
     for backend in backends:
         yield run_cell({**job, "backend": backend}, checkout, engine_name, shared)
 
@@ -428,7 +442,8 @@ def _check(
                 raise OutputMismatch(f"at the traced shape ({shapes_text(traced)}): {problem}")
         _check_second_shape(reference, inputs, loaded, tolerance, cell, timings)
     if shared.job.get("generation") and generation_available(engine_name) and _can_generate(model):
-        _check_generation(model, reference, inputs, export, backend, cell, timings)
+        traces = {"trace": shared.generation_traces} if shared.generation_traces is not None else {}
+        _check_generation(model, reference, inputs, functools.partial(export, **traces), backend, cell, timings)
 
 
 def _check_second_shape(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -128,12 +130,15 @@ def export_generation_components(
     sample_inputs: dict[str, Any],
     config: Any,
     max_cache_len: int | None = None,
+    traces: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """Export the generation components of ``model``; return them with the ``generation`` entry of export.json.
 
     ``max_cache_len`` (default: 128, capped by the model's maximum positions) bounds prompt plus new tokens.
     With ``config.dynamic`` the batch size and the prompt length are dynamic; otherwise both are fixed to
     those of ``sample_inputs`` and :func:`generate` left-pads shorter prompts to that length.
+    ``traces``: a ``SharedTrace`` per component name ("prefill", "decode"; "encoder", "decoder"), handed to each
+    component's export as ``HfExporter.export``'s ``trace`` is.
     """
     if CacheLayerMixin is object:
         raise NotImplementedError("this transformers has no transformers.cache_utils.CacheLayerMixin")
@@ -143,9 +148,17 @@ def export_generation_components(
         max_cache_len = min(DEFAULT_MAX_CACHE_LEN, limit or DEFAULT_MAX_CACHE_LEN)
     if limit is not None and max_cache_len > limit:
         raise ValueError(f"max_cache_len={max_cache_len} exceeds the model's {limit} positions")
+    export = functools.partial(_export_component, exporter, traces)
     if model.config.is_encoder_decoder:
-        return _export_encoder_decoder(exporter, model, sample_inputs, config, max_cache_len)
-    return _export_decoder_only(exporter, model, sample_inputs, config, max_cache_len)
+        return _export_encoder_decoder(export, model, sample_inputs, config, max_cache_len)
+    return _export_decoder_only(export, model, sample_inputs, config, max_cache_len)
+
+
+def _export_component(
+    exporter: Any, traces: Mapping[str, Any] | None, name: str, module: Any, inputs: dict[str, Any], config: Any
+) -> tuple[Any, dict[str, Any]]:
+    shared = {} if traces is None else {"trace": traces[name]}  # a backend of one's own may take no trace
+    return exporter.export_program(module, inputs, config, **shared)
 
 
 def _eager_cache(model: PreTrainedModel, inputs: dict[str, Any]) -> Cache:
@@ -165,7 +178,7 @@ def _eager_cache(model: PreTrainedModel, inputs: dict[str, Any]) -> Cache:
 
 
 def _export_decoder_only(
-    exporter: Any,
+    export: Callable[..., tuple[Any, dict[str, Any]]],
     model: PreTrainedModel,
     sample_inputs: dict[str, Any],
     config: Any,
@@ -202,8 +215,8 @@ def _export_decoder_only(
     prefill_config = _component_config(config, _dynamic_shapes(config, prefill_inputs, prompt))
     decode_config = _component_config(config, _dynamic_shapes(config, decode_inputs))
     components = {
-        "prefill": exporter.export_program(DecoderPrefill(model, layout), prefill_inputs, prefill_config),
-        "decode": exporter.export_program(DecoderStep(model), decode_inputs, decode_config),
+        "prefill": export("prefill", DecoderPrefill(model, layout), prefill_inputs, prefill_config),
+        "decode": export("decode", DecoderStep(model), decode_inputs, decode_config),
     }
     dynamic = config.dynamic
     generation = {
@@ -219,7 +232,7 @@ def _export_decoder_only(
 
 
 def _export_encoder_decoder(
-    exporter: Any,
+    export: Callable[..., tuple[Any, dict[str, Any]]],
     model: PreTrainedModel,
     sample_inputs: dict[str, Any],
     config: Any,
@@ -256,8 +269,8 @@ def _export_encoder_decoder(
     encoder_config = _component_config(config, _dynamic_shapes(config, encoder_inputs, source))
     decoder_config = _component_config(config, _dynamic_shapes(config, decoder_inputs, source))
     components = {
-        "encoder": exporter.export_program(encoder, encoder_inputs, encoder_config),
-        "decoder": exporter.export_program(Seq2SeqDecoderStep(model), decoder_inputs, decoder_config),
+        "encoder": export("encoder", encoder, encoder_inputs, encoder_config),
+        "decoder": export("decoder", Seq2SeqDecoderStep(model), decoder_inputs, decoder_config),
     }
     dynamic = config.dynamic
     generation = {
