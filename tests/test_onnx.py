@@ -230,6 +230,39 @@ def test_torchlib_registry_is_built_once_and_each_export_gets_its_own_copy(monke
     assert [str(graph) for graph in (first.graph, second.graph)] == [str(separate.graph)] * 2
 
 
+class MaskedConversions(torch.nn.Module):
+    def forward(self, x, mask):
+        scale = torch.tensor(2.0)  # lift_fresh_copy, then an in-place detach_
+        kept = (mask > 0) & (x.sum(-1) > 0)  # aten.__and__
+        return (x * scale).to(torch.float64).sum(-1).to(torch.float32) * kept  # aten.to
+
+
+def test_a_program_with_nothing_to_decompose_is_not_retraced(monkeypatch):
+    from torch.export import ExportedProgram
+
+    decompositions, run_decompositions = [], ExportedProgram.run_decompositions
+    monkeypatch.setattr(
+        ExportedProgram, "run_decompositions", lambda *a, **k: decompositions.append(1) or run_decompositions(*a, **k)
+    )
+    module, config = MaskedConversions(), OnnxConfig(dynamic=True)
+    module.config = PretrainedConfig()
+    traced = {"x": torch.randn(2, 5, 4), "mask": torch.ones(2, 5, dtype=torch.long)}
+    direct = OnnxExporter().export(module, traced, config)
+    fixes = {"_fix_conversion_as_copy", "_fix_bitwise_operator_as_its_op", "_fix_in_place_detach_dropped"}
+    assert fixes <= set(direct.components["model"]["workarounds"]["fixes"])
+    assert decompositions == []  # the fixes leave nothing for the table: translated as traced
+    with without("_patch_decomposition_only_when_needed"):
+        retraced = OnnxExporter().export(module, traced, config)
+    assert len(decompositions) == 1
+    with without("_fix_bitwise_operator_as_its_op"):  # aten.__and__ left for the table: the program is re-traced
+        OnnxExporter().export(module, traced, config)
+    assert len(decompositions) == 2
+    fed = {"x": torch.randn(3, 7, 4), "mask": (torch.arange(21).reshape(3, 7) % 3).long()}
+    expected = module(**fed)
+    for exported in (direct, retraced):
+        assert max_abs_diff(exported(**fed), expected) < 1e-6
+
+
 def test_rewrite_rules_are_tried_on_their_root_op_only_and_rewrite_the_same(monkeypatch):
     from onnxscript.rewriter._rewrite_rule import RewriteRule
 
@@ -287,7 +320,8 @@ def test_patch_refix_after_decompositions_reruns_node_fixes_on_the_decomposed_gr
         seen[-1].add(str(id(graph_module)))
         return False
 
-    module = _module(lambda self, x: torch.nn.functional.silu(x).softmax(-1))
+    # hardshrink is in torch.onnx's decomposition table: the program is decomposed (re-traced into a new graph).
+    module = _module(lambda self, x: torch.nn.functional.hardshrink(torch.nn.functional.silu(x)).softmax(-1))
     recorder = Workaround("onnx", "fx_node_fix", _fix_record)
     _REGISTRY["onnx"].append(recorder)
     try:

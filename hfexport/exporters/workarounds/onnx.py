@@ -155,6 +155,37 @@ def _patch_torchlib_registry_built_once(original: Callable) -> Callable:
     return from_torchlib
 
 
+@register_patch("onnx", "torch.onnx._internal.exporter._fx_passes.decompose_with_registry")
+def _patch_decomposition_only_when_needed(original: Callable) -> Callable:
+    # Speed: torch.onnx re-traces the whole program to decompose it (1-1.5 s a dynamic program, most of torch.onnx's
+    # export) also when the re-trace would change nothing: no op of its table, no mutation, no composite op it would
+    # break up that torchlib does not translate. Such a program is translated as it is.
+    def decompose_with_registry(exported_program: ExportedProgram, registry: Any) -> ExportedProgram:
+        from torch.onnx._internal.exporter import _decomp
+
+        table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
+        graphs = [m.graph for m in exported_program.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+        targets = {node.target for graph in graphs for node in graph.nodes if node.op == "call_function"}
+        if any(_changed_by_decomposition(target, table, registry) for target in targets):
+            return original(exported_program, registry)
+        return exported_program
+
+    return decompose_with_registry
+
+
+def _changed_by_decomposition(target: Any, table: dict, registry: Any) -> bool:
+    from torch._export.utils import _is_cia_op, _is_preservable_cia_op
+
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return True
+    if not isinstance(target, torch._ops.OpOverload):
+        return False  # operator.getitem, SymInt arithmetic
+    if target in table or target._schema.is_mutable:
+        return True
+    # A composite op the re-trace breaks up (it aliases, so export cannot keep it) and torchlib does not translate.
+    return _is_cia_op(target) and not _is_preservable_cia_op(target) and not registry.is_registered(target)
+
+
 # ── FX node fixes (stage 3) ──
 
 
@@ -239,6 +270,53 @@ def _fix_rsub_of_integer_tensor(graph_module: torch.fx.GraphModule, node: torch.
         cast = graph_module.graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype})
     cast.meta["val"] = value.to(dtype)
     node.replace_input_with(source, cast)
+    return True
+
+
+_CONVERSIONS = (torch.ops.aten.to.dtype, torch.ops.aten.to.device, torch.ops.aten.to.dtype_layout)
+
+
+@register_fx_node_fix("onnx")
+def _fix_conversion_as_copy(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # Every model's `.to(dtype)`: a composite op torch.onnx breaks up into _to_copy by re-tracing the whole program
+    # (see _patch_decomposition_only_when_needed); as _to_copy to the same dtype, no re-trace is needed for it.
+    value = _fake_value(node)
+    if node.target not in _CONVERSIONS or value is None:
+        return False
+    memory_format = node.kwargs.get("memory_format")
+    kwargs = {"dtype": value.dtype, **({"memory_format": memory_format} if memory_format is not None else {})}
+    node.target, node.args, node.kwargs = torch.ops.aten._to_copy.default, (node.args[0],), kwargs
+    return True
+
+
+_BITWISE_OPERATORS = {
+    torch.ops.aten.__and__.Tensor: torch.ops.aten.bitwise_and.Tensor,
+    torch.ops.aten.__and__.Scalar: torch.ops.aten.bitwise_and.Scalar,
+    torch.ops.aten.__or__.Tensor: torch.ops.aten.bitwise_or.Tensor,
+    torch.ops.aten.__or__.Scalar: torch.ops.aten.bitwise_or.Scalar,
+    torch.ops.aten.__xor__.Tensor: torch.ops.aten.bitwise_xor.Tensor,
+    torch.ops.aten.__xor__.Scalar: torch.ops.aten.bitwise_xor.Scalar,
+}
+
+
+@register_fx_node_fix("onnx")
+def _fix_bitwise_operator_as_its_op(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # Attention masks' `a & b`: aten.__and__ is in torch.onnx's decomposition table only to become bitwise_and, by
+    # re-tracing the whole program; named bitwise_and here, it needs no re-trace.
+    if node.target not in _BITWISE_OPERATORS:
+        return False
+    node.target = _BITWISE_OPERATORS[node.target]
+    return True
+
+
+@register_fx_node_fix("onnx")
+def _fix_in_place_detach_dropped(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # `torch.tensor(...)` in a forward traces to lift_fresh_copy then detach_, an in-place op that only drops autograd
+    # history and that torch.onnx functionalizes by re-tracing the whole program; an export's values never have any.
+    if node.target is not torch.ops.aten.detach_.default:
+        return False
+    node.replace_all_uses_with(node.args[0])
+    graph_module.graph.erase_node(node)
     return True
 
 
