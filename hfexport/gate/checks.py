@@ -242,7 +242,7 @@ def _hfexport_engine() -> tuple[Callable, Callable, Callable]:
 
 def shared_trace(backends: list[str], engine_name: str, generation: bool = False) -> Any:
     """An empty ``SharedTrace`` for the cells of one class on ``backends`` (in order), or None when none can share."""
-    if engine_name != "hfexport" or len(backends) < 2 or backends[0] != "dynamo":
+    if not _can_share_traces(backends, engine_name):
         return None
     from hfexport.exporters.exporter_dynamo import SharedTrace
 
@@ -252,9 +252,14 @@ def shared_trace(backends: list[str], engine_name: str, generation: bool = False
 def shared_generation_traces(backends: list[str], engine_name: str) -> dict[str, Any] | None:
     """An empty ``SharedTrace`` per generation component (prefill and decode, or encoder and decoder), made as each
     is first exported; None when the backends cannot share traces."""
-    if shared_trace(backends, engine_name, generation=True) is None:
+    if not _can_share_traces(backends, engine_name):
         return None
     return collections.defaultdict(lambda: shared_trace(backends, engine_name, generation=True))
+
+
+def _can_share_traces(backends: list[str], engine_name: str) -> bool:
+    # dynamo traces first and hands its trace on to the backends after it.
+    return engine_name == "hfexport" and len(backends) >= 2 and backends[0] == "dynamo"
 
 
 def engine(name: str) -> tuple[Callable, Callable, Callable]:

@@ -365,8 +365,9 @@ def _checkout_tests_importable(checkout: Path) -> Iterator[None]:
     finally:
         sys.path.remove(str(checkout))
         for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:
-            checkout_test_files.add(getattr(sys.modules.pop(name), "__file__", None) or "")
-        checkout_test_files.discard("")
+            file = getattr(sys.modules.pop(name), "__file__", None)
+            if file:
+                checkout_test_files.add(file)
         sys.modules.update(saved)
 
 

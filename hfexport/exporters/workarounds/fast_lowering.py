@@ -139,13 +139,23 @@ def _patch_idle_dim_order_rename_skipped(original: Callable) -> Callable:
     # re-trace renamed them all): then it returns the program as it is.
     from executorch.exir.passes.dim_order_ops_registry import DimOrderOpsMap
 
-    def call(self: Any, graph_module: torch.fx.GraphModule) -> PassResult:
+    def takes_memory_format(self: Any, node: torch.fx.Node) -> bool:
+        return node.op == "call_function" and node.target in DimOrderOpsMap
+
+    return type(original.__name__, (original,), {"call": _retraced_only_if(takes_memory_format, original.call)})
+
+
+def _retraced_only_if(needs: Callable[[Any, torch.fx.Node], bool], call: Callable) -> Callable:
+    """A pass's ``call`` run only when some node of the program (submodules' included) ``needs(pass, node)`` it; else
+    the program is returned as it is, without the pass's whole-program re-trace."""
+
+    def skipping(self: Any, graph_module: torch.fx.GraphModule) -> PassResult:
         graphs = [m.graph for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
-        if any(node.op == "call_function" and node.target in DimOrderOpsMap for g in graphs for node in g.nodes):
-            return original.call(self, graph_module)
+        if any(needs(self, node) for graph in graphs for node in graph.nodes):
+            return call(self, graph_module)
         return PassResult(graph_module, False)
 
-    return type(original.__name__, (original,), {"call": call})
+    return skipping
 
 
 @register_lowering_swap("executorch", "executorch.exir.backend.backend_api._create_partitions_in_graph_module")
@@ -173,17 +183,11 @@ def _patch_partitions_sorted_once(original: Callable) -> Callable:
 def _patch_idle_dim_order_legalization_skipped(original: Callable) -> Callable:
     # to_executorch re-traces the whole program (0.2 s on gemma3's text model) to put a contiguous copy before the few
     # portable ops that need one; with no such op on a non-contiguous input the program stays as it is.
-    def call(self: Any, graph_module: torch.fx.GraphModule) -> PassResult:
-        graphs = [m.graph for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
-        if any(_needs_contiguous_input(node, self._target_ops) for graph in graphs for node in graph.nodes):
-            return original.call(self, graph_module)
-        return PassResult(graph_module, False)
-
-    return type(original.__name__, (original,), {"call": call})
+    return type(original.__name__, (original,), {"call": _retraced_only_if(_needs_contiguous_input, original.call)})
 
 
-def _needs_contiguous_input(node: torch.fx.Node, targets: set) -> bool:
-    if node.op != "call_function" or node.target not in targets:
+def _needs_contiguous_input(legalization: Any, node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or node.target not in legalization._target_ops:
         return False
     value = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
     return not isinstance(value, torch.Tensor) or tuple(value.dim_order()) != tuple(range(value.dim()))
@@ -211,13 +215,7 @@ def _patch_delegate_program_unlifted_once(original: Callable) -> Callable:
 def _patch_idle_constant_folding_skipped(original: Callable) -> Callable:
     # XNNPACK re-traces each partition to fold the ops whose arguments are all constants (41 partitions, 0.4 s of
     # gemma3 causal LM's 12.5 s); a partition where every op reads a graph input or parameter has nothing to fold.
-    def call(self: Any, graph_module: torch.fx.GraphModule) -> PassResult:
-        graphs = [m.graph for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
-        if any(_reads_only_constants(node) for graph in graphs for node in graph.nodes):
-            return original(self, graph_module)
-        return PassResult(graph_module, False)
-
-    return call
+    return _retraced_only_if(lambda folding, node: _reads_only_constants(node), original)
 
 
 def _reads_only_constants(node: torch.fx.Node) -> bool:
