@@ -1109,3 +1109,22 @@ def test_xnnpack_dynamic_matches_eager(name, tmp_path):
 def test_reference_lowering_gives_the_same_program_semantics(name, tmp_path):
     metadata = check_against_eager(name, tmp_path, fast_lowering=False)
     assert metadata["delegate_partitions"] > 0
+
+
+def test_graph_modules_write_their_python_code_only_when_called(monkeypatch):
+    from torch.fx.graph import Graph
+
+    written, python_code = [], Graph.python_code
+    monkeypatch.setattr(Graph, "python_code", lambda *a, **k: written.append(1) or python_code(*a, **k))
+    module, traced = ThreePartitions(), torch.randn(1, 3, 4, 4)
+    lazy, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    assert "_patch_graph_modules_compiled_on_first_call" in patch_names(metadata)
+    torch.testing.assert_close(execute(lazy, traced)[0], module(traced))
+    on_call = len(written)
+    written.clear()
+    for key in ("dynamo", "executorch"):  # installed around the trace and around lowering
+        kept = [w for w in registry._REGISTRY[key] if w.name != "_patch_graph_modules_compiled_on_first_call"]
+        monkeypatch.setitem(registry._REGISTRY, key, kept)
+    eager, _ = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
+    assert on_call * 10 < len(written)
+    assert program_bytes(eager) == program_bytes(lazy)

@@ -234,7 +234,9 @@ class MaskedConversions(torch.nn.Module):
     def forward(self, x, mask):
         scale = torch.tensor(2.0)  # lift_fresh_copy, then an in-place detach_
         kept = (mask > 0) & (x.sum(-1) > 0)  # aten.__and__
-        return (x * scale).to(torch.float64).sum(-1).to(torch.float32) * kept  # aten.to
+        # aten.index_copy, as a static cache is written: its last two positions
+        written = x.index_copy(-2, torch.arange(2) + x.shape[-2] - 2, x[:, :2] * 3)
+        return (written * scale).to(torch.float64).sum(-1).to(torch.float32) * kept  # aten.to
 
 
 def test_a_program_with_nothing_to_decompose_is_not_retraced(monkeypatch):
@@ -248,7 +250,12 @@ def test_a_program_with_nothing_to_decompose_is_not_retraced(monkeypatch):
     module.config = PretrainedConfig()
     traced = {"x": torch.randn(2, 5, 4), "mask": torch.ones(2, 5, dtype=torch.long)}
     direct = OnnxExporter().export(module, traced, config)
-    fixes = {"_fix_conversion_as_copy", "_fix_bitwise_operator_as_its_op", "_fix_in_place_detach_dropped"}
+    fixes = {
+        "_fix_conversion_as_copy",
+        "_fix_bitwise_operator_as_its_op",
+        "_fix_in_place_detach_dropped",
+        "_fix_index_copy_as_index_put",
+    }
     assert fixes <= set(direct.components["model"]["workarounds"]["fixes"])
     assert decompositions == []  # the fixes leave nothing for the table: translated as traced
     with without("_patch_decomposition_only_when_needed"):
@@ -261,6 +268,32 @@ def test_a_program_with_nothing_to_decompose_is_not_retraced(monkeypatch):
     expected = module(**fed)
     for exported in (direct, retraced):
         assert max_abs_diff(exported(**fed), expected) < 1e-6
+
+
+def test_type_promotion_runs_only_where_an_input_needs_a_cast(monkeypatch):
+    from torch.onnx._internal.fx.passes.type_promotion import InsertTypePromotion
+
+    runs, run = [], InsertTypePromotion.run
+    monkeypatch.setattr(InsertTypePromotion, "run", lambda *a, **k: runs.append(1) or run(*a, **k))
+    same_dtypes = _module(lambda self, x, mask: (x * 2.0).softmax(-1) * mask.float())
+    mixed = _module(lambda self, x, mask: (x * 2.0).softmax(-1) + mask)  # float + int64: the int input gets a cast
+    traced = {"x": torch.randn(2, 5), "mask": torch.ones(2, 5, dtype=torch.long)}
+    config = OnnxConfig(dynamic=True)
+    skipped = OnnxExporter().export(same_dtypes, traced, config)
+    patches = {record["name"] for record in skipped.components["model"]["workarounds"]["patches"]}
+    assert "_patch_type_promotion_only_when_needed" in patches
+    assert runs == []
+    promoted = OnnxExporter().export(mixed, traced, config)
+    assert runs == [1]
+    with without("_patch_type_promotion_only_when_needed"):
+        every = OnnxExporter().export(same_dtypes, traced, config)
+    assert runs == [1, 1]
+    assert [node.op_type for node in skipped.programs["model"].graph] == [
+        node.op_type for node in every.programs["model"].graph
+    ]
+    fed = {"x": torch.randn(3, 4), "mask": (torch.arange(12).reshape(3, 4) % 2).long()}
+    assert max_abs_diff(skipped(**fed), same_dtypes(**fed)) < 1e-6
+    assert max_abs_diff(promoted(**fed), mixed(**fed)) < 1e-6
 
 
 def test_rewrite_rules_are_tried_on_their_root_op_only_and_rewrite_the_same(monkeypatch):

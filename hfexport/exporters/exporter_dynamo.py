@@ -37,6 +37,7 @@ from .registry import LOADING_SWAP, PatchReport, apply_patches, merged_records, 
 from .utils import export_stage
 from .workarounds import dynamo as _workarounds  # noqa: F401 - registers the "dynamo" workarounds
 from .workarounds import fast_loading as _fast_loading  # noqa: F401 - registers the "dynamo" loading swaps
+from .workarounds import fast_tracing as _fast_tracing  # noqa: F401 - registers the "dynamo" tracing swaps
 
 
 @dataclasses.dataclass

@@ -17,6 +17,10 @@ from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from ..registry import register_lowering_swap
+from .fast_tracing import GRAPH_MODULE_CONSTRUCTOR, _patch_graph_modules_compiled_on_first_call
+
+# Lowering makes most of a program's GraphModules (each pass, each partition): their Python code too waits for a call.
+register_lowering_swap("executorch", GRAPH_MODULE_CONSTRUCTOR)(_patch_graph_modules_compiled_on_first_call)
 
 
 @register_lowering_swap("executorch", "torch.export.exported_program.ExportedProgram.run_decompositions")

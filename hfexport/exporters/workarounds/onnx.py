@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import functools
 import inspect
 import types
 from collections.abc import Callable, Iterator
@@ -186,6 +187,56 @@ def _changed_by_decomposition(target: Any, table: dict, registry: Any) -> bool:
     return _is_cia_op(target) and not _is_preservable_cia_op(target) and not registry.is_registered(target)
 
 
+@register_patch("onnx", "torch.onnx._internal.exporter._fx_passes.insert_type_promotion_nodes")
+def _patch_type_promotion_only_when_needed(original: Callable) -> Callable:
+    # Speed: torch.onnx runs the whole program again on fake tensors (0.15 s a program) to find the ops whose inputs
+    # need a cast to their promoted dtype, also when none does; the traced values already say whether one does.
+    def insert_type_promotion_nodes(graph_module: torch.fx.GraphModule) -> None:
+        graphs = [m.graph for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+        if any(_needs_promotion(node) for graph in graphs for node in graph.nodes):
+            original(graph_module)
+
+    return insert_type_promotion_nodes
+
+
+def _needs_promotion(node: torch.fx.Node) -> bool:
+    """Whether torch.onnx's type promotion would cast an input of ``node``; True where the traced values cannot say."""
+    from torch.onnx._internal.fx.passes.type_promotion import get_type_promotion_rule
+
+    rule = get_type_promotion_rule(node, _type_promotion_table()) if node.op == "call_function" else None
+    if rule is None:
+        return False
+    unknown = object()
+    args, kwargs = torch.fx.node.map_aggregate(
+        (node.args, node.kwargs), lambda arg: arg.meta.get("val", unknown) if isinstance(arg, torch.fx.Node) else arg
+    )
+    try:
+        promotion = rule.preview_type_promotion(args, kwargs)
+    except Exception:
+        return True
+    wanted = [(args[i], dtype) for i, dtype in promotion.args_dtypes.items()]
+    wanted += [(kwargs[name], dtype) for name, dtype in promotion.kwargs_dtypes.items()]
+    return any(dtype is not None and _other_dtype(value, dtype, unknown) for value, dtype in wanted)
+
+
+def _other_dtype(value: Any, dtype: torch.dtype, unknown: object) -> bool:
+    from torch.onnx._internal.fx.type_utils import from_scalar_type_to_torch_dtype
+
+    if isinstance(value, list | tuple):
+        return any(_other_dtype(item, dtype, unknown) for item in value)
+    if isinstance(value, torch.Tensor):
+        return value.dtype != dtype
+    found = None if value is unknown else from_scalar_type_to_torch_dtype(type(value))
+    return found is None or found != dtype  # a value of no known dtype: let torch.onnx's pass decide
+
+
+@functools.cache
+def _type_promotion_table() -> Any:
+    from torch.onnx._internal.fx.passes.type_promotion import TypePromotionTable
+
+    return TypePromotionTable()
+
+
 # ── FX node fixes (stage 3) ──
 
 
@@ -317,6 +368,21 @@ def _fix_in_place_detach_dropped(graph_module: torch.fx.GraphModule, node: torch
         return False
     node.replace_all_uses_with(node.args[0])
     graph_module.graph.erase_node(node)
+    return True
+
+
+@register_fx_node_fix("onnx")
+def _fix_index_copy_as_index_put(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # Every generation program's static-cache update: torchlib has no index_copy, and torch.onnx re-traces the whole
+    # program (0.8 s a program) for its table to write it as the index_put it is; named index_put here, none is needed.
+    if node.target is not torch.ops.aten.index_copy.default:
+        return False
+    source, dim, index = node.args[0], node.args[1], node.args[2]
+    value, positions = _fake_value(source), _fake_value(index)
+    if value is None or positions is None or value.ndim == 0 or positions.ndim != 1:
+        return False
+    indices = [None] * (dim % value.ndim) + [index]
+    node.target, node.args = torch.ops.aten.index_put.default, (source, indices, node.args[3])
     return True
 
 
