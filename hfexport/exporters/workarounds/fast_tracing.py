@@ -1,6 +1,7 @@
-"""Tracing swaps (key ``"dynamo"``, stage 2): speed-ups installed around every backend's trace, changing no program.
+"""Tracing speed-ups (key ``"dynamo"``, stage 2 patches): installed around every backend's trace, changing no program.
 
-ExecuTorch installs the same swap around its lowering too (``fast_lowering.py``), where most of its effect is.
+ExecuTorch installs the same one around its lowering too, as a lowering swap (``fast_lowering.py``): most of its effect
+is there.
 """
 
 from __future__ import annotations

@@ -214,8 +214,9 @@ def _needs_promotion(node: torch.fx.Node) -> bool:
         promotion = rule.preview_type_promotion(args, kwargs)
     except Exception:
         return True
-    wanted = [(args[i], dtype) for i, dtype in promotion.args_dtypes.items()]
-    wanted += [(kwargs[name], dtype) for name, dtype in promotion.kwargs_dtypes.items()]
+    # Argument by argument, as torch.onnx's pass reads them (an argument the rule names no dtype for is left alone).
+    wanted = [(value, promotion.args_dtypes.get(i)) for i, value in enumerate(args)]
+    wanted += [(value, promotion.kwargs_dtypes.get(name)) for name, value in kwargs.items()]
     return any(dtype is not None and _other_dtype(value, dtype, unknown) for value, dtype in wanted)
 
 
@@ -377,12 +378,14 @@ def _fix_index_copy_as_index_put(graph_module: torch.fx.GraphModule, node: torch
     # program (0.8 s a program) for its table to write it as the index_put it is; named index_put here, none is needed.
     if node.target is not torch.ops.aten.index_copy.default:
         return False
-    source, dim, index = node.args[0], node.args[1], node.args[2]
+    if len(node.args) != 4 or node.kwargs:
+        return False
+    source, dim, index, written = node.args
     value, positions = _fake_value(source), _fake_value(index)
     if value is None or positions is None or value.ndim == 0 or positions.ndim != 1:
         return False
     indices = [None] * (dim % value.ndim) + [index]
-    node.target, node.args = torch.ops.aten.index_put.default, (source, indices, node.args[3])
+    node.target, node.args = torch.ops.aten.index_put.default, (source, indices, written)
     return True
 
 
