@@ -1,4 +1,5 @@
-"""Stage errors, the missing-dependency error and package versions: the small helpers every exporter uses.
+"""Stage errors, the missing-dependency error, package versions and graph walking: the small helpers every exporter
+uses.
 
 The workaround registries live in ``registry.py``.
 """
@@ -9,6 +10,7 @@ import contextlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Iterator
+from typing import Any
 
 
 class ExportStageError(RuntimeError):
@@ -91,3 +93,12 @@ def package_versions(*extra: str) -> dict[str, str]:
     """Versions of the packages an export depends on, recorded in ``export.json``."""
     names = ("hfexport", "torch", "transformers", *extra)
     return {name: version for name in names if (version := package_version(name)) is not None}
+
+
+def program_nodes(graph_module: Any) -> Iterator[Any]:
+    """Every node of ``graph_module``'s graph and of its submodules' (higher-order ops' bodies, delegates' calls)."""
+    import torch
+
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            yield from module.graph.nodes

@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from ..registry import register_lowering_swap
+from ..utils import program_nodes
 from .fast_tracing import GRAPH_MODULE_CONSTRUCTOR, _patch_graph_modules_compiled_on_first_call
 
 # Lowering makes most of a program's GraphModules (each pass, each partition): their Python code too waits for a call.
@@ -154,8 +155,7 @@ def _retraced_only_if(needs: Callable[[Any, torch.fx.Node], bool], call: Callabl
     the program is returned as it is, without the pass's whole-program re-trace."""
 
     def skipping(self: Any, graph_module: torch.fx.GraphModule) -> PassResult:
-        graphs = [m.graph for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
-        if any(needs(self, node) for graph in graphs for node in graph.nodes):
+        if any(needs(self, node) for node in program_nodes(graph_module)):
             return call(self, graph_module)
         return PassResult(graph_module, False)
 

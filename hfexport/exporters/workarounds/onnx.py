@@ -31,7 +31,7 @@ from ..registry import (
     register_onnx_translation,
     register_patch,
 )
-from ..utils import export_stage
+from ..utils import export_stage, program_nodes
 
 # ── Torch patches (stage 1) ──
 
@@ -165,8 +165,7 @@ def _patch_decomposition_only_when_needed(original: Callable) -> Callable:
         from torch.onnx._internal.exporter import _decomp
 
         table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
-        graphs = [m.graph for m in exported_program.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
-        targets = {node.target for graph in graphs for node in graph.nodes if node.op == "call_function"}
+        targets = {node.target for node in program_nodes(exported_program.graph_module) if node.op == "call_function"}
         if any(_changed_by_decomposition(target, table, registry) for target in targets):
             return original(exported_program, registry)
         return exported_program
@@ -192,8 +191,7 @@ def _patch_type_promotion_only_when_needed(original: Callable) -> Callable:
     # Speed: torch.onnx runs the whole program again on fake tensors (0.15 s a program) to find the ops whose inputs
     # need a cast to their promoted dtype, also when none does; the traced values already say whether one does.
     def insert_type_promotion_nodes(graph_module: torch.fx.GraphModule) -> None:
-        graphs = [m.graph for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
-        if any(_needs_promotion(node) for graph in graphs for node in graph.nodes):
+        if any(_needs_promotion(node) for node in program_nodes(graph_module)):
             original(graph_module)
 
     return insert_type_promotion_nodes
@@ -376,9 +374,7 @@ def _fix_in_place_detach_dropped(graph_module: torch.fx.GraphModule, node: torch
 def _fix_index_copy_as_index_put(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # Every generation program's static-cache update: torchlib has no index_copy, and torch.onnx re-traces the whole
     # program (0.8 s a program) for its table to write it as the index_put it is; named index_put here, none is needed.
-    if node.target is not torch.ops.aten.index_copy.default:
-        return False
-    if len(node.args) != 4 or node.kwargs:
+    if node.target is not torch.ops.aten.index_copy.default or len(node.args) != 4 or node.kwargs:
         return False
     source, dim, index, written = node.args
     value, positions = _fake_value(source), _fake_value(index)
