@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import sys
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +115,19 @@ def internal(path: str) -> Any | None:
 def internal_types(*paths: str) -> tuple[type, ...]:
     """The classes among ``paths`` this transformers has, for ``isinstance`` checks that tolerate a missing one."""
     return tuple(found for path in paths if (found := internal(path)) is not None)
+
+
+def module_imported(class_path: str) -> bool:
+    """Whether the module of the class at ``class_path`` (all of it but the last part) is imported already."""
+    return class_path.rpartition(".")[0] in sys.modules
+
+
+def loaded_internal_types(*paths: str) -> tuple[type, ...]:
+    """``internal_types`` of the classes whose module is imported already.
+
+    A model holds or returns an instance of a class only once that class's module is imported, so the others cannot
+    match; importing them to find out cost each gate job three modeling modules (0.06 s)."""
+    return internal_types(*filter(module_imported, paths))
 
 
 def disabled() -> dict[str, str]:

@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 
+from hfexport.compat import resolve
 from hfexport.exporters import registry
 from hfexport.exporters.registry import (
     LOWERING_SWAP,
@@ -360,6 +361,27 @@ def test_static_dims_apply_to_models_holding_the_class_and_unresolved_classes_ar
     assert static_dims("onnx", with_conv, tensors) == {}
     (declaration,) = registry.all_workarounds("dynamo")
     assert declaration.stage == "4 dynamic shapes"
+
+
+def test_static_dims_of_a_model_module_nothing_imported_do_not_import_it(monkeypatch) -> None:
+    # As with patches: a declaration naming a class of a module no model loaded cannot apply, and the module stays out.
+    import transformers.models.swin.modeling_swin as loaded
+
+    tensors = {"pixel_values": torch.zeros(2, 3, 8, 8)}
+    holding = torch.nn.Sequential(loaded.SwinLayer(loaded.SwinConfig(embed_dim=8), 8, (8, 8), 2))
+    assert static_dims("dynamo", holding, tensors) == {"pixel_values": {2, 3}}
+    monkeypatch.delitem(sys.modules, loaded.__name__)
+    report = PatchReport()
+    assert static_dims("dynamo", torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1)), tensors, report) == {}
+    assert loaded.__name__ not in sys.modules
+    assert report.installed == report.unresolved == []
+
+
+def test_every_static_dims_class_is_named_by_the_module_defining_it() -> None:
+    # static_dims skips the classes whose module is not imported: exact only if a loaded class's path names its module.
+    for declaration in registry.registered("dynamo", registry.STATIC_DIMS):
+        for path in declaration.targets:
+            assert resolve(path).__module__ == path.rpartition(".")[0], path
 
 
 def test_a_target_defined_by_a_missing_internal_is_absent_with_its_feature_off(isolated_registries, monkeypatch):

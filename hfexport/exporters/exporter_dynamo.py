@@ -70,6 +70,13 @@ class DynamoExporter(HfExporter):
         """The keys a backend's lowering stages run (its patches installed again, its fixes): all but "dynamo"."""
         return tuple(key for key in self.workaround_keys(config) if key != "dynamo")
 
+    @classmethod
+    def preload(cls) -> None:
+        """One dynamic export of one op, so what every export shares is imported and built once, ahead: what a first
+        symbolic shape imports (sympy's tensor module, torch.export's tracer, functorch: 0.5 s in each gate job) and a
+        backend's own (torch.onnx's registry of torchlib translations, 1.3 s, which stage 2 keeps per opset)."""
+        cls().export_program(torch.nn.ReLU(), {"input": torch.ones(2, 3)}, cls.config_class(dynamic=True))
+
     def export_program(
         self,
         model: torch.nn.Module,

@@ -134,12 +134,6 @@ class OnnxExporter(DynamoExporter):
         return onnx_model, metadata
 
     @classmethod
-    def preload(cls) -> None:
-        """One export of one op, so what every export shares is built once: torch.onnx's registry of torchlib
-        translations (1.3 s), which stage 2 keeps per opset."""
-        cls().export_program(torch.nn.ReLU(), {"input": torch.ones(2, 3)}, OnnxConfig())
-
-    @classmethod
     def save_program(cls, program: ir.Model, path: Path) -> None:
         """One ``.onnx`` file; weights past ``EXTERNAL_DATA_THRESHOLD_BYTES`` go to a ``<name>.data`` sidecar."""
         path = Path(path)

@@ -34,7 +34,7 @@ def _is_walkable_object(value: Any) -> bool:
     # which do not derive from CacheLayerMixin; an older transformers may lack some of these layer kinds.
     from transformers import Cache
 
-    return isinstance(value, (Cache, *compat.internal_types(*_CACHE_LAYER_TYPES, *_OTHER_CACHE_TYPES)))
+    return isinstance(value, (Cache, *compat.loaded_internal_types(*_CACHE_LAYER_TYPES, *_OTHER_CACHE_TYPES)))
 
 
 _CACHE_LAYER_TYPES = (
@@ -181,7 +181,7 @@ def register_cache_types() -> list[str]:
     the caches outside ``Cache`` of ``_OTHER_CACHE_TYPES``."""
     from transformers import Cache
 
-    classes = [Cache, *_subclasses(Cache), *compat.internal_types(*_OTHER_CACHE_TYPES)]
+    classes = [Cache, *_subclasses(Cache), *compat.loaded_internal_types(*_OTHER_CACHE_TYPES)]
     for cls in classes:
         register_pytree_type(cls)
     return [_class_path(cls) for cls in classes]
@@ -195,7 +195,7 @@ def ensure_pytree_types(type_paths: list[str]) -> None:
         # ModelOutput subclasses register themselves with pytree when their class is created: importing is enough
         # (instantiating one would fail on outputs with required fields, DPRQuestionEncoderOutput).
         cls = _class_from_path(path)
-        if issubclass(cls, (Cache, *compat.internal_types(*_OTHER_CACHE_TYPES))):
+        if issubclass(cls, (Cache, *compat.loaded_internal_types(*_OTHER_CACHE_TYPES))):
             register_pytree_type(cls)
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from ..compat import INTERNALS, UnresolvedPathError, resolve, resolve_path
+from ..compat import INTERNALS, UnresolvedPathError, module_imported, resolve, resolve_path
 
 logger = logging.getLogger("hfexport")
 
@@ -456,6 +456,10 @@ def static_dims(
 
 def _held_class(path: str, module_types: set[type], workaround: Workaround, report: PatchReport) -> bool:
     """Whether a module of ``module_types`` is an instance of the class at ``path``; an unresolved path is reported."""
+    # A class whose module is not imported cannot be one the model was built from; importing every declared class's
+    # modeling module to find that out cost each dynamic export 0.4 s in a gate job.
+    if not module_imported(path):
+        return False
     try:
         module_class = resolve(path)
     except UnresolvedPathError as error:
