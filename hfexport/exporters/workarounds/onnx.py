@@ -385,6 +385,38 @@ def _fix_index_copy_as_index_put(graph_module: torch.fx.GraphModule, node: torch
     return True
 
 
+@register_fx_node_fix("onnx")
+def _fix_adaptive_avg_pool1d_to_one_as_mean(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # The swin family's poolers: torchlib has no adaptive_avg_pool1d, and torch.onnx re-traces the whole program
+    # (1-2 s on swin) for its table to write it; pooled to one value it is the mean of the last dim.
+    if node.target is not torch.ops.aten.adaptive_avg_pool1d.default or len(node.args) != 2 or node.kwargs:
+        return False
+    if list(node.args[1]) != [1]:
+        return False
+    node.target, node.args = torch.ops.aten.mean.dim, (node.args[0], [-1], True)
+    return True
+
+
+@register_fx_node_fix("onnx")
+def _fix_inplace_relu_of_an_unshared_value(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # swinv2, swin2sr (nn.ReLU(inplace=True) after a Linear or a conv): an in-place op makes torch.onnx re-trace the
+    # whole program to make it functional; on a fresh value no other node reads, relu_ is relu.
+    if node.target is not torch.ops.aten.relu_.default or len(node.args) != 1 or node.kwargs:
+        return False
+    (source,) = node.args
+    if not isinstance(source, torch.fx.Node) or source.op != "call_function" or len(source.users) != 1:
+        return False
+    if not isinstance(source.target, torch._ops.OpOverload) or _returns_an_alias(source.target):
+        return False
+    node.target = torch.ops.aten.relu.default
+    return True
+
+
+def _returns_an_alias(op: torch._ops.OpOverload) -> bool:
+    """Whether ``op`` returns a view of (or writes into) one of its inputs."""
+    return op._schema.is_mutable or any(result.alias_info is not None for result in op._schema.returns)
+
+
 # ── ONNX translations (stage 4) ──
 
 
