@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -271,3 +273,70 @@ def test_stateful_attributes_are_restored_after_export():
     with stateful_attributes_cleared(module):
         assert getattr(module, _STATEFUL_CACHE_ATTRS[0]) is None
     assert getattr(module, _STATEFUL_CACHE_ATTRS[0]) is sentinel
+
+
+def test_a_dynamic_export_after_the_preload_imports_no_torch_or_transformers_module():
+    # The gate forks each job from a worker that ran preload(): what a job imports, every job imports again.
+    script = (
+        "import sys\n"
+        "from hfexport.exporters import DynamoConfig, DynamoExporter\n"
+        "from hfexport.tiny_models import sample_inputs, tiny_model\n"
+        "DynamoExporter.preload()\n"
+        "model = tiny_model('bert', seed=0)\n"
+        "before = set(sys.modules)\n"
+        "DynamoExporter().export_program(model, sample_inputs(model), DynamoConfig(dynamic=True))\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", "import json\n" + script], capture_output=True, text=True, check=True)
+    imported = json.loads(done.stdout.splitlines()[-1])
+    assert [name for name in imported if name.split(".")[0] in ("torch", "transformers")] == []
+
+
+def _ops(program: torch.export.ExportedProgram) -> list[str]:
+    return [str(node.target) for node in program.graph.nodes]
+
+
+def _tensor_layouts(program: torch.export.ExportedProgram) -> list[list[tuple[int, ...]]]:
+    """Each tensor's sizes, strides and offset at a few values of the program's symbols (the same layout may be written
+    as different expressions: Max(1, 16*a*b) and Max(1, 4*a)*Max(1, 4*b))."""
+    symbols = sorted(program.range_constraints, key=str)
+    points = [{symbol: 2 + (index * step) % 9 for index, symbol in enumerate(symbols)} for step in (0, 1, 4)]
+
+    def at(value: object, point: dict) -> int:
+        return int(value.node.expr.xreplace(point)) if isinstance(value, torch.SymInt) else int(value)
+
+    values = [node.meta.get("val") for node in program.graph.nodes]
+    return [
+        [tuple(at(x, point) for x in (*v.shape, *v.stride(), v.storage_offset())) for point in points]
+        for v in values
+        if isinstance(v, torch.Tensor)
+    ]
+
+
+@pytest.mark.parametrize("model_class", ["Swin2SRForImageSuperResolution", "SwinModel"])
+def test_dynamic_traces_skip_the_fake_cache_and_the_view_walk_and_trace_the_same_program(model_class, monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    speedups = {"_patch_symbolic_fake_dispatch_uncached", "_patch_view_of_contiguous_as_strided"}
+    model = tiny_model(model_class, seed=0)  # swin2sr: batch, height and width dynamic; swin: batch
+    inputs = sample_inputs(model)
+
+    def trace() -> tuple[torch.export.ExportedProgram, dict, int]:
+        lookups = FakeTensorMode.cache_hits + FakeTensorMode.cache_misses
+        program, metadata = DynamoExporter().export_program(model, inputs, DynamoConfig(dynamic=True))
+        return program, metadata, FakeTensorMode.cache_hits + FakeTensorMode.cache_misses - lookups
+
+    fast, metadata, fast_lookups = trace()
+    assert speedups <= {record["name"] for record in metadata["workarounds"]["patches"]}
+    kept = [w for w in registry._REGISTRY["dynamo"] if w.name not in speedups]
+    monkeypatch.setitem(registry._REGISTRY, "dynamo", kept)
+    reference, _, lookups = trace()
+    assert fast_lookups == 0 < lookups  # every symbolic op went around the cache
+    assert _ops(fast) == _ops(reference)  # node for node (sym_size nodes are numbered on from earlier traces)
+    assert _tensor_layouts(fast) == _tensor_layouts(reference)  # same sizes and strides, size-1 dims' too
+    pixel_values = torch.randn(3, *inputs["pixel_values"].shape[1:])
+    if model_class.startswith("Swin2SR"):
+        pixel_values = torch.randn(3, 3, 36, 28)
+    with torch.no_grad():
+        expected = model(pixel_values=pixel_values)
+    assert max_abs_diff(fast.module()(pixel_values=pixel_values), expected) < TOLERANCE
