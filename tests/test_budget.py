@@ -49,14 +49,32 @@ def test_a_class_dynamo_and_onnx_cells_share_a_job_in_the_order_of_its_first_cel
     assert _sharing_jobs([0, 1, 2, 3], jobs, "transformers") == [[0], [1], [2], [3]]
 
 
-def test_no_job_starts_past_the_deadline() -> None:
+def _llama_checkout_whose_trace(tmp_path: Path, *statements: str) -> Path:
+    """A checkout whose LlamaModel runs ``statements`` first in each traced forward (eager runs are untouched)."""
+    source = llama_source(1) + (
+        "\n\nimport functools as _functools\nimport os as _os\nimport time as _time\n\n"
+        "_forward = LlamaModel.forward\n\n\n"
+        "@_functools.wraps(_forward)\n"
+        "def _traced(self, *args, **kwargs):\n"
+        "    if torch.compiler.is_exporting():\n"
+        + "".join(f"        {statement}\n" for statement in statements)
+        + "    return _forward(self, *args, **kwargs)\n\n\n"
+        "LlamaModel.forward = _traced\n"
+    )
+    (tmp_path / LLAMA).parent.mkdir(parents=True)
+    (tmp_path / LLAMA).write_text(source)
+    return tmp_path
+
+
+def test_no_job_starts_past_the_deadline(tmp_path: Path) -> None:
+    checkout = _llama_checkout_whose_trace(tmp_path, "_time.sleep(2)")  # the first job ends past the 1 s deadline
     jobs = [
         {"model_type": "llama", "model_class": name, "module": None, "backends": ["dynamo"], "generation": False}
         for name in ("LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification", "LlamaForTokenClassification")
     ]
-    with WorkerProcess(None, JobOptions(jobs=1, backends=("dynamo",))) as worker:
-        # One job running and one queued are handed over at once; a cell takes seconds, so when the first
-        # finishes the deadline has passed: the job the worker holds queued never starts, nor do the last two.
+    with WorkerProcess(checkout, JobOptions(jobs=1, backends=("dynamo",))) as worker:
+        # One job running and one queued are handed over at once; when the first finishes the deadline has passed:
+        # the job the worker holds queued never starts, nor do the last two.
         results = {index: cell for index, _, cell in worker.run(jobs, deadline=time.monotonic() + 1.0)}
     assert [results[i]["status"] for i in range(4)] == ["pass", "not_run", "not_run", "not_run"]
     assert results[1]["error"] == results[2]["error"] == "not run: the time budget ran out"
@@ -65,22 +83,10 @@ def test_no_job_starts_past_the_deadline() -> None:
 def test_cells_a_crash_leaves_are_not_run_again_past_the_deadline(tmp_path: Path) -> None:
     # LlamaModel's first trace aborts the child after the deadline; its ONNX cell, never started, would run again
     # in a job of its own: past the budget it must not start.
-    source = llama_source(1) + (
-        "\n\nimport functools as _functools\nimport os as _os\nimport time as _time\n\n"
-        "_forward = LlamaModel.forward\n\n\n"
-        "@_functools.wraps(_forward)\n"
-        "def _abort_late(self, *args, **kwargs):\n"
-        "    if torch.compiler.is_exporting():\n"
-        "        _time.sleep(4)\n"
-        "        _os.abort()\n"
-        "    return _forward(self, *args, **kwargs)\n\n\n"
-        "LlamaModel.forward = _abort_late\n"
-    )
-    (tmp_path / LLAMA).parent.mkdir(parents=True)
-    (tmp_path / LLAMA).write_text(source)
+    checkout = _llama_checkout_whose_trace(tmp_path, "_time.sleep(4)", "_os.abort()")
     job = {"model_type": "llama", "model_class": "LlamaModel", "module": None, "generation": False}
     job["backends"] = ["dynamo", "onnx"]
-    with WorkerProcess(tmp_path, JobOptions(jobs=1, backends=("dynamo", "onnx"))) as worker:
+    with WorkerProcess(checkout, JobOptions(jobs=1, backends=("dynamo", "onnx"))) as worker:
         deadline = time.monotonic() + 2
         results = {
             backend: cell for _, backend, cell in worker.run([{**job, "backends": ["dynamo", "onnx"]}], deadline)

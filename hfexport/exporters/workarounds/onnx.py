@@ -389,9 +389,8 @@ def _fix_index_copy_as_index_put(graph_module: torch.fx.GraphModule, node: torch
 def _fix_adaptive_avg_pool1d_to_one_as_mean(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # The swin family's poolers: torchlib has no adaptive_avg_pool1d, and torch.onnx re-traces the whole program
     # (1-2 s on swin) for its table to write it; pooled to one value it is the mean of the last dim.
-    if node.target is not torch.ops.aten.adaptive_avg_pool1d.default or len(node.args) != 2 or node.kwargs:
-        return False
-    if list(node.args[1]) != [1]:
+    pooled_to_one = len(node.args) == 2 and not node.kwargs and node.args[1] in (1, [1], (1,))
+    if node.target is not torch.ops.aten.adaptive_avg_pool1d.default or not pooled_to_one:
         return False
     node.target, node.args = torch.ops.aten.mean.dim, (node.args[0], [-1], True)
     return True
