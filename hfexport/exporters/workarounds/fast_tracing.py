@@ -53,7 +53,11 @@ def _patch_view_of_contiguous_as_strided(original: Callable) -> Callable:
         sizes = infer_size(extract_shape_from_varargs(shape, validate=False), a.numel())
         if not (sizes and a.ndim and _has_contiguous_strides(a)):
             return original(a, *shape, allow_copy=allow_copy)
-        torch._check(a.numel() == functools.reduce(operator.mul, sizes, 1), lambda: f"cannot view {a.shape} as {sizes}")
+        numel = functools.reduce(operator.mul, sizes, 1)
+        torch._check(
+            a.numel() == numel,
+            lambda: f"Could not reshape a tensor with shape {a.shape} as a tensor with shape {sizes}!",
+        )
         return torch.as_strided(a, sizes, make_contiguous_strides_for(sizes))
 
     return reshape_view_helper
