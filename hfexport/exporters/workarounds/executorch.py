@@ -125,7 +125,8 @@ def _patch_slice_copy_to_an_item_traced_like_a_slice(original: list) -> list:
 def _patch_view_within_its_base(original: Callable) -> Callable:
     # rf_detr (dynamic, windowed backbone): memory planning bounds each dim of a view on its own, so a view that
     # splits a dim of its base can claim more memory than the base got ("offset_bytes + size_bytes >= allocator size"
-    # when the program loads); such a view_copy stays a copy, with memory of its own.
+    # when the program loads); such a view_copy stays a copy, with memory of its own. (rf_detr's views plan within
+    # their bases with the strides of _patch_view_of_contiguous_as_strided; views of other layouts keep the walk's.)
     def _is_view_copy(node: torch.fx.Node) -> bool:
         return original(node) and _upper_bound_numel(node) <= _upper_bound_numel(node.args[0])
 
