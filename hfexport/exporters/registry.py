@@ -19,7 +19,6 @@ import contextlib
 import importlib.util
 import inspect
 import logging
-import sys
 import threading
 import types
 from collections import defaultdict
@@ -27,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from ..compat import INTERNALS, UnresolvedPathError, module_imported, resolve, resolve_path
+from ..compat import INTERNALS, UnresolvedPathError, may_be_loaded, resolve, resolve_path
 
 logger = logging.getLogger("hfexport")
 
@@ -318,12 +317,6 @@ def _rewrap_descriptor(raw: Any, replacement: Any) -> Any:
     return replacement
 
 
-def _may_run(path: str) -> bool:
-    """False for a target in a model's modeling module not imported yet: no model of that type is being exported."""
-    parts = path.split(".")
-    return parts[:2] != ["transformers", "models"] or len(parts) < 5 or ".".join(parts[:4]) in sys.modules
-
-
 @contextlib.contextmanager
 def apply_patches(keys: Keys, report: PatchReport | None = None, kind: str = PATCH) -> Iterator[PatchReport]:
     """Install the patches (or lowering swaps) of ``keys``, key by key; restore the originals on exit, in reverse.
@@ -355,10 +348,10 @@ def apply_patches(keys: Keys, report: PatchReport | None = None, kind: str = PAT
 def _targets(
     workarounds: list[Workaround],
 ) -> Iterator[tuple[Workaround, str, _InstalledAttribute | UnresolvedPathError]]:
-    """Each target path of ``workarounds`` that may run (``_may_run``): the attribute as it is when reached (after the
-    replacements made so far), or why the path does not resolve."""
+    """Each target path of ``workarounds`` that may run (``compat.may_be_loaded``): the attribute as it is when reached
+    (after the replacements made so far), or why the path does not resolve."""
     for workaround in workarounds:
-        for path in filter(_may_run, workaround.targets):
+        for path in filter(may_be_loaded, workaround.targets):
             try:
                 owner, name = resolve_path(path)
             except UnresolvedPathError as error:
@@ -456,9 +449,9 @@ def static_dims(
 
 def _held_class(path: str, module_types: set[type], workaround: Workaround, report: PatchReport) -> bool:
     """Whether a module of ``module_types`` is an instance of the class at ``path``; an unresolved path is reported."""
-    # A class whose module is not imported cannot be one the model was built from; importing every declared class's
-    # modeling module to find that out cost each dynamic export 0.4 s in a gate job.
-    if not module_imported(path):
+    # As for patches: importing every declared class's modeling module to look cost each dynamic export 0.4 s in a
+    # gate job, and a class of a module not imported cannot be one the model was built from.
+    if not may_be_loaded(path):
         return False
     try:
         module_class = resolve(path)
