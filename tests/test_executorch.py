@@ -551,6 +551,10 @@ class PatchMaxima(torch.nn.Module):
 
 
 def test_blt_patch_maxima_without_scatter_reduce(monkeypatch):
+    # Loaded first, as building a blt model loads it: a patch of a modeling module nothing imported is not installed.
+    # (The suite used to pass only because some earlier dynamic export in the worker imported blt's module.)
+    import transformers.models.blt.modeling_blt  # noqa: F401
+
     module, traced, fed = PatchMaxima(), torch.randn(2, 7, 4), torch.randn(2, 9, 4)
     output, metadata = run_module(module, traced, fed)
     assert "_patch_blt_patch_max_by_doubling_strides" in patch_names(metadata)
