@@ -146,7 +146,9 @@ def test_swin_batch_stays_dynamic_and_round_trips_at_batch_3(backend: str) -> No
 
 
 def test_swin2sr_pads_to_a_visible_window_multiple(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Swin2SR takes any image size: it stays dynamic, padded so that no Mod reaches the window partition."""
+    """Swin2SR's H and W stay dynamic, padded so that no Mod reaches the window partition; like eager, whose
+    patch_unembed views the features back at the unpadded size, the program takes multiples of the window only, and
+    says so by name."""
     module_path = "transformers.models.swin2sr.modeling_swin2sr"
     model = tiny_model("Swin2SRForImageSuperResolution", seed=0)
     inputs = sample_inputs(model)
@@ -162,6 +164,11 @@ def test_swin2sr_pads_to_a_visible_window_multiple(monkeypatch: pytest.MonkeyPat
         with torch.no_grad():
             expected = model(pixel_values=pixel_values)
         assert max_abs_diff(exported(pixel_values=pixel_values), expected) < 1e-4
+    pixel_values = torch.randn(1, 3, 32, 30)
+    with pytest.raises(RuntimeError, match=r"shape '\[1, 32, 32, 30\]' is invalid"), torch.no_grad():
+        model(pixel_values=pixel_values)
+    with pytest.raises(AssertionError, match=r"Guard failed: pixel_values.size\(\)\[3\] % 4 == 0"):
+        exported(pixel_values=pixel_values)
 
 
 @pytest.mark.slow

@@ -282,10 +282,14 @@ def _patch_conv1d_padding_from_sizes(original: Callable) -> Callable:
 
 @register_patch("dynamo", "transformers.models.swin2sr.modeling_swin2sr.Swin2SRModel.pad_and_normalize")
 def _patch_swin2sr_pad_to_window_multiple(original: Callable) -> Callable:
-    # swin2sr (takes any image size): padded by (w - H % w) % w, the size is no visible multiple of the window and each
+    # swin2sr (H and W stay dynamic): padded by (w - H % w) % w, the size is no visible multiple of the window and each
     # window view costs torch.export Mod/floor-div reasoning (98 s dynamic, 2 s static); pad to w * ceil(H / w) first.
+    # patch_unembed views the features back at the unpadded size, so eager takes window multiples only: the program
+    # says so by name, not by that view's guard on the padded product.
     def pad_and_normalize(self: Any, pixel_values: torch.Tensor) -> torch.Tensor:
         (height, width), window = pixel_values.shape[-2:], self.config.window_size
+        torch._check(height % window == 0, lambda: f"swin2sr takes image heights in multiples of {window}")
+        torch._check(width % window == 0, lambda: f"swin2sr takes image widths in multiples of {window}")
         padding = (0, _to_multiple(width, window) - width, 0, _to_multiple(height, window) - height)
         return original(self, torch.nn.functional.pad(pixel_values, padding, "reflect"))
 
