@@ -143,6 +143,35 @@ def test_a_bound_the_traced_graph_shows_too_large_is_narrowed_before_any_lowerin
     assert planned["planned_memory_bytes"] == foreseen["planned_memory_bytes"]
 
 
+class Unshuffled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.unshuffle = torch.nn.PixelUnshuffle(2)
+
+    def forward(self, x):
+        return self.unshuffle(x).relu()
+
+
+def test_a_dimension_declared_a_multiple_is_traced_and_bounded_in_multiples(monkeypatch):
+    # PixelUnshuffle takes heights and widths in multiples of its factor only: declared so, each is traced as the factor
+    # times a dynamic root, and narrowing the bound narrows the root.
+    monkeypatch.setitem(registry._REGISTRY, "dynamo", list(registry._REGISTRY["dynamo"]))
+
+    @registry.register_dim_multiples("dynamo", "torch.nn.PixelUnshuffle")
+    def _factor_multiples_of_pixel_unshuffle(name, value, module):
+        """Stands in for a model taking image sizes in multiples of its windows."""
+        return dict.fromkeys((2, 3), module.downscale_factor)
+
+    module = Unshuffled()
+    config = ExecutorchConfig(dynamic=True, planned_memory_budget_gib=0.01)
+    program, metadata = ExecutorchExporter().export_program(module, {"x": torch.randn(2, 3, 8, 6)}, config)
+    assert metadata["declared_dim_multiples"] == {"x": {"2": 2, "3": 2}}
+    # The budget narrows 256 to 16: H and W twice a root of [2, 8].
+    assert metadata["dynamic_dims"]["x"] == {"0": [2, 16], "1": [2, 16], "2": [4, 16], "3": [4, 16]}
+    fed = torch.randn(3, 3, 16, 10)
+    torch.testing.assert_close(execute(program, fed)[0], module(fed))
+
+
 def test_static_export_rejects_other_shapes(tmp_path):
     model, _, _, loaded = export_roundtrip("bert", tmp_path)
     expected = r"'input_ids' dimension 1 has size 9, but the program accepts only size 7 \(exported static"

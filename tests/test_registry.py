@@ -19,8 +19,10 @@ from hfexport.exporters.registry import (
     apply_node_fixes,
     apply_patches,
     apply_program_fixes,
+    dim_multiples,
     onnx_translation_table,
     optimizer_skips,
+    register_dim_multiples,
     register_fx_node_fix,
     register_fx_program_fix,
     register_ir_fix,
@@ -32,6 +34,7 @@ from hfexport.exporters.registry import (
     static_dims,
     unresolved_targets,
 )
+from hfexport.exporters.workarounds import dynamo as _dynamo_workarounds  # noqa: F401 - the declarations looked up here
 
 
 @pytest.fixture
@@ -363,6 +366,23 @@ def test_static_dims_apply_to_models_holding_the_class_and_unresolved_classes_ar
     assert declaration.stage == "4 dynamic shapes"
 
 
+def test_dim_multiples_are_declared_from_the_first_module_of_their_class(isolated_registries):
+    # Applied and recorded as static dims are (the test above); the declaration reads the module it matched.
+    @register_dim_multiples("dynamo", "torch.nn.Conv2d")
+    def _multiples_of_test_kernel(name, value, module):
+        """Stands in for a model that takes image sizes in multiples of its windows."""
+        return dict.fromkeys((2, 3), module.kernel_size[0]) if name == "pixel_values" else {}
+
+    tensors = {"pixel_values": torch.zeros(2, 3, 8, 8), "input_ids": torch.zeros(2, 5)}
+    report = PatchReport()
+    convs = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Conv2d(3, 3, 4), torch.nn.Conv2d(3, 3, 2))
+    assert dim_multiples("dynamo", convs, tensors, report) == {"pixel_values": {2: 4, 3: 4}}
+    assert [record["name"] for record in report.installed] == ["_multiples_of_test_kernel"]
+    assert static_dims("dynamo", convs, tensors) == {}
+    (declaration,) = registry.all_workarounds("dynamo")
+    assert declaration.stage == "4 dynamic shapes"
+
+
 def test_static_dims_of_a_model_module_nothing_imported_do_not_import_it(monkeypatch) -> None:
     # As with patches: a declaration naming a class of a module no model loaded cannot apply, and the module stays out.
     import transformers.models.swin.modeling_swin as loaded
@@ -377,9 +397,12 @@ def test_static_dims_of_a_model_module_nothing_imported_do_not_import_it(monkeyp
     assert report.installed == report.unresolved == []
 
 
-def test_every_static_dims_class_is_named_by_the_module_defining_it() -> None:
-    # static_dims skips the classes whose module is not imported: exact only if a loaded class's path names its module.
-    for declaration in registry.registered("dynamo", registry.STATIC_DIMS):
+@pytest.mark.parametrize("kind", [registry.STATIC_DIMS, registry.DIM_MULTIPLES])
+def test_every_dims_declaration_class_is_named_by_the_module_defining_it(kind: str) -> None:
+    # Declarations skip the classes whose module is not imported: exact only if a loaded class's path names its module.
+    declarations = registry.registered("dynamo", kind)
+    assert declarations
+    for declaration in declarations:
         for path in declaration.targets:
             assert resolve(path).__module__ == path.rpartition(".")[0], path
 

@@ -3,14 +3,16 @@
 Declared ``Dim.AUTO``, a model's H and W reach its window partition as nested floor-division, Mod and Min expressions
 whose symbolic reasoning took torch.export 30-300 s on tiny models (static: 1-5 s). Where the model's trace pins H
 and W anyway (swin family, sam2, sam3) the image size is declared static and the batch stays dynamic; where H and W
-really vary (swin2sr) the padding is written so that the padded size is visibly a multiple of the window. Each
-removal test stops the trace at the first window partition instead of waiting minutes for it.
+really vary (swin2sr, in multiples of its window) they are declared multiples of the window, so the trace reasons over
+products instead of floor divisions and Mods. Each removal test stops the trace at the first window partition instead
+of waiting minutes for it.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +29,7 @@ from hfexport.exporters import (
     exporter_dynamo,  # noqa: F401  (registers the workarounds taken out below)
     registry,
 )
-from hfexport.exporters.utils import SpecializedDimension
+from hfexport.exporters.utils import ExportFailure, SpecializedDimension
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 # (model class, the module whose window_partition it calls, the declaration, the module class it matches)
@@ -145,29 +147,32 @@ def test_swin_batch_stays_dynamic_and_round_trips_at_batch_3(backend: str) -> No
         exported(pixel_values=torch.randn(2, 3, 2 * height, 2 * height))
 
 
-def test_swin2sr_pads_to_a_visible_window_multiple(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Swin2SR's H and W stay dynamic, padded so that no Mod reaches the window partition; like eager, whose
-    patch_unembed views the features back at the unpadded size, the program takes multiples of the window only, and
-    says so by name."""
+def test_swin2sr_image_size_is_declared_in_window_multiples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swin2SR's H and W stay dynamic, in multiples of its window as eager takes them (patch_unembed views the features
+    back at the unpadded size): declared so, no Mod reaches the window partition."""
     module_path = "transformers.models.swin2sr.modeling_swin2sr"
     model = tiny_model("Swin2SRForImageSuperResolution", seed=0)
     inputs = sample_inputs(model)
     with monkeypatch.context() as patched:
-        _without(patched, "_patch_swin2sr_pad_to_window_multiple")
+        _without(patched, "_multiples_of_swin2sr_window")
         _probe(patched, module_path, _batch_height_width, _has_mod)
         with pytest.raises(ExportStageError, match=r"SymbolicImageSize: window_partition of sizes .*Mod"):
             _export(model, inputs)
+    seen = _probe(monkeypatch, module_path, _batch_height_width, _has_mod)
     exported = _export(model, inputs)
-    assert set(exported.components["model"]["dynamic_dims"]["pixel_values"]) == {"0", "2", "3"}
+    assert [re.fullmatch(r"4\*s\d+", str(size)) is not None for size in seen[0]] == [False, True, True], seen[0]
+    component = exported.components["model"]
+    assert component["declared_dim_multiples"] == {"pixel_values": {"2": 4, "3": 4}}
+    assert component["dynamic_dims"]["pixel_values"] == {"0": [2, None], "2": [8, None], "3": [8, None]}
     for height, width in [(32, 32), (36, 28), (64, 64)]:
         pixel_values = torch.randn(3, 3, height, width)
         with torch.no_grad():
             expected = model(pixel_values=pixel_values)
         assert max_abs_diff(exported(pixel_values=pixel_values), expected) < 1e-4
-    pixel_values = torch.randn(1, 3, 32, 30)
+    pixel_values = torch.randn(1, 3, 32, 30)  # no multiple of the window: eager and the program both refuse it
     with pytest.raises(RuntimeError, match=r"shape '\[1, 32, 32, 30\]' is invalid"), torch.no_grad():
         model(pixel_values=pixel_values)
-    with pytest.raises(AssertionError, match=r"Guard failed: pixel_values.size\(\)\[3\] % 4 == 0"):
+    with pytest.raises(ExportFailure, match=r"'pixel_values' dimension 3 is 30, not a multiple of 4: the model takes"):
         exported(pixel_values=pixel_values)
 
 
@@ -176,14 +181,7 @@ def test_swin2sr_pads_to_a_visible_window_multiple(monkeypatch: pytest.MonkeyPat
     "model_class",
     [
         *IDS,
-        pytest.param(
-            "Swin2SRForImageSuperResolution",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 20, not met: batch, height and width stay dynamic and torch.export's symbolic reasoning "
-                "on the padded window sizes costs about 4x the static trace",
-            ),
-        ),
+        "Swin2SRForImageSuperResolution",
     ],
 )
 def test_dynamic_export_within_3x_of_static(model_class: str) -> None:

@@ -12,6 +12,7 @@ from .auto import AutoExportConfig, AutoHfExporter, register_backend
 from .backends import available_formats
 from .base import ExportConfigMixin, ExportedModel, HfExporter, ModelRunner
 from .registry import (
+    register_dim_multiples,
     register_fx_node_fix,
     register_fx_program_fix,
     register_ir_fix,
@@ -42,6 +43,7 @@ __all__ = [
     "ModelRunner",
     "available_formats",
     "register_backend",
+    "register_dim_multiples",
     "register_fx_node_fix",
     "register_fx_program_fix",
     "register_ir_fix",

@@ -196,9 +196,10 @@ class ModelRunner:
     def check_shapes(self, component: str, flat: list[Any]) -> None:
         """Reject inputs the program was not built for, naming the input, the dimension and why, before the runtime.
 
-        A dynamic dimension must not pass the upper bound recorded at export time; any other dimension must equal the
-        traced size. Runtimes would otherwise fail with an opaque error, resize past planned memory, or (a program
-        whose code baked in a size) run and return wrong values. Exports that predate the record are not checked.
+        A dynamic dimension must not pass the upper bound recorded at export time, nor be other than a multiple of what
+        the export declared it one of; any other dimension must equal the traced size. Runtimes would otherwise fail
+        with an opaque error, resize past planned memory, or (a program whose code baked in a size) run and return
+        wrong values. Exports that predate the record are not checked.
         """
         import torch
 
@@ -207,6 +208,7 @@ class ModelRunner:
             return
         bounds = metadata["dynamic_dims"]
         declared = metadata.get("declared_static_dims", {})
+        multiples = metadata.get("declared_dim_multiples", {})
         dynamic = bool(self.exported.manifest.get("export_config", {}).get("dynamic"))
         for name, value, traced in zip(metadata["input_names"], flat, metadata["input_shapes"], strict=True):
             if not isinstance(value, torch.Tensor) or traced is None:
@@ -220,6 +222,12 @@ class ModelRunner:
                 if low_high is None and size != traced[dim]:
                     kept = dim in declared.get(name, ())
                     raise SpecializedDimension(component, name, dim, traced[dim], size, dynamic, declared=kept)
+                multiple = multiples.get(name, {}).get(str(dim))
+                if multiple is not None and size % multiple:
+                    raise ExportFailure(
+                        f"{component}: input {name!r} dimension {dim} is {size}, not a multiple of {multiple}: the "
+                        f"model takes multiples of {multiple} only (declared at export)"
+                    )
                 # Only the upper bound binds: a lower bound of 2 is torch.export's 0/1 rule, the program takes 1 too.
                 if low_high is not None and low_high[1] is not None and size > low_high[1]:
                     raise ExportFailure(

@@ -6,7 +6,7 @@
 2. model patches: the ``"dynamo"`` workarounds (``workarounds/dynamo.py``), then the backend's own keys' patches;
 3. pytree registration: every ``Cache`` and ``ModelOutput`` type (``pytree.py``);
 4. dynamic shapes: ``Dim.AUTO`` on every input dimension with ``dynamic=True``, but those a static-dims declaration
-   keeps static;
+   keeps static and those a dim-multiples declaration makes a multiple of a dynamic root;
 5. state cleanup: attributes a forward caches on a module are cleared for the trace and restored.
 
 Between them torch.export traces the model (``TRACE``): not a stage of hfexport's but the model's own code running,
@@ -21,19 +21,29 @@ import dataclasses
 import inspect
 import time
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
+from torch._dynamo.source import ConstantSource
 from torch.export import Dim, ExportedProgram
 from torch.utils._sympy.numbers import int_oo
 
 from .. import compat
 from .base import ExportConfigMixin, HfExporter
 from .pytree import _spec_types, leaf_names, register_cache_types
-from .registry import LOADING_SWAP, PatchReport, apply_patches, merged_records, static_dims, watch_patches
+from .registry import (
+    LOADING_SWAP,
+    PatchReport,
+    apply_patches,
+    dim_multiples,
+    merged_records,
+    static_dims,
+    watch_patches,
+)
 from .utils import export_stage
 from .workarounds import dynamo as _workarounds  # noqa: F401 - registers the "dynamo" workarounds
 from .workarounds import fast_loading as _fast_loading  # noqa: F401 - registers the "dynamo" loading swaps
@@ -114,19 +124,28 @@ class DynamoExporter(HfExporter):
         ):
             with export_stage("dynamo", 3, "pytree registration"):
                 cache_types = register_cache_types()
-            declared = PatchReport()
+            declared, declared_multiples = PatchReport(), PatchReport()
             static: dict[str, set[int]] = {}
+            multiples: dict[str, dict[int, int]] = {}
             dynamic_shapes = config.dynamic_shapes
             if dynamic_shapes is None and config.dynamic:
                 with export_stage("dynamo", 4, "dynamic shapes"):
                     tensors = {k: v for k, v in sample_inputs.items() if isinstance(v, torch.Tensor)}
                     static = static_dims(keys, model, tensors, declared)
-                    dynamic_shapes = auto_dynamic_shapes(sample_inputs, self.dynamic_upper_bound(config), static)
-                    watched_static = PatchReport()
-                    static_dims(watched, model, tensors, watched_static)
-                    reached.update((record["key"], record["name"]) for record in watched_static.installed)
+                    multiples = dim_multiples(keys, model, tensors, declared_multiples)
+                    bound = self.dynamic_upper_bound(config)
+                    dynamic_shapes = auto_dynamic_shapes(sample_inputs, bound, static, multiples)
+                    watched_declarations = PatchReport()
+                    static_dims(watched, model, tensors, watched_declarations)
+                    dim_multiples(watched, model, tensors, watched_declarations)
+                    reached.update((record["key"], record["name"]) for record in watched_declarations.installed)
             # Tracing runs the model's own code: its failures are the model's, apart from the stages' own.
-            with export_stage("dynamo", None, TRACE), stateful_attributes_cleared(model), torch.no_grad():
+            with (
+                export_stage("dynamo", None, TRACE),
+                stateful_attributes_cleared(model),
+                torch.no_grad(),
+                multiples_of_their_roots(model, multiples),
+            ):
                 program = torch.export.export(
                     model, (), kwargs=dict(sample_inputs), dynamic_shapes=dynamic_shapes, strict=config.strict
                 )
@@ -134,10 +153,14 @@ class DynamoExporter(HfExporter):
         metadata["cache_types_registered"] = len(cache_types)
         # Dimensions a workaround keeps static: a runner names the declaration, not the model, when they differ.
         metadata["declared_static_dims"] = {name: sorted(dims) for name, dims in static.items() if dims}
+        metadata["declared_dim_multiples"] = {
+            name: {str(dim): m for dim, m in dims.items()} for name, dims in multiples.items()
+        }
         metadata["workarounds"] = {
             "patches": patches.installed,
-            "unresolved": merged_records(patches.unresolved, declared.unresolved),
+            "unresolved": merged_records(patches.unresolved, declared.unresolved + declared_multiples.unresolved),
             "static_dims": declared.installed,
+            "dim_multiples": declared_multiples.installed,
             "fixes": [],
             "disabled": compat.disabled(),  # transformers internals this checkout lacks: what was off
         }
@@ -306,25 +329,39 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 # With ``dynamic=True`` every dimension of every tensor input, cache leaves included, gets ``Dim.AUTO``:
 # torch.export keeps what can vary dynamic and specializes the rest. A model whose trace would pin a dimension only
 # after costly symbolic reasoning declares it static instead: ``@register_static_dims("dynamo", "<module class>")``
-# in ``workarounds/dynamo.py``. ``DynamoConfig.dynamic_shapes`` overrides both.
+# in ``workarounds/dynamo.py``. A model that takes a dimension in multiples only (image sizes in windows) declares
+# it so, ``@register_dim_multiples``: the dimension becomes the multiple times a dynamic root, and the trace reasons
+# over that product instead of over floor divisions and Mods of the size. ``DynamoConfig.dynamic_shapes`` overrides all.
 
 
 def auto_dynamic_shapes(
-    sample_inputs: dict[str, Any], upper_bound: int | None = None, static: dict[str, set[int]] | None = None
+    sample_inputs: dict[str, Any],
+    upper_bound: int | None = None,
+    static: dict[str, set[int]] | None = None,
+    multiples: dict[str, dict[int, int]] | None = None,
 ) -> dict[str, Any]:
     """``Dim.AUTO`` on every dimension; a pytree-registered object (a cache) gets a list per flattened leaf.
 
     With ``upper_bound`` every dimension is capped at ``max(upper_bound, 2 x traced size)``: a bound always admits
     twice the traced batch and length (an audio length of 10,000 samples too), the second shape the gate runs at.
-    ``static``: the dimensions of top-level input tensors left out (static), by input name.
+    ``static``: the dimensions of top-level input tensors left out (static), by input name. ``multiples``: those of
+    top-level input tensors declared ``multiple * Dim(root)``, by input name (roots named by ``_root_name``).
     """
 
-    def for_value(value: Any, static_dims: Collection[int] = ()) -> Any:
+    def for_value(value: Any, name: str | None = None) -> Any:
         if isinstance(value, torch.Tensor):
-            dims = [dim for dim in range(value.dim()) if dim not in static_dims]
-            if upper_bound is None:
-                return dict.fromkeys(dims, Dim.AUTO)
-            return {dim: Dim.AUTO(max=max(upper_bound, 2 * value.shape[dim])) for dim in dims}
+            kept_static, declared = (static or {}).get(name, ()), (multiples or {}).get(name, {})
+            shapes = {}
+            for dim in range(value.dim()):
+                if dim in kept_static:
+                    continue
+                cap = None if upper_bound is None else max(upper_bound, 2 * value.shape[dim])
+                if dim in declared:
+                    root = _root_name(name, dim, declared[dim])
+                    shapes[dim] = declared[dim] * Dim(root, min=2, max=int_oo if cap is None else cap // declared[dim])
+                else:
+                    shapes[dim] = Dim.AUTO if cap is None else Dim.AUTO(max=cap)
+            return shapes
         if isinstance(value, (list, tuple)):
             return type(value)(for_value(v) for v in value)
         if isinstance(value, dict):
@@ -333,8 +370,48 @@ def auto_dynamic_shapes(
             return [for_value(leaf) for leaf in pytree.tree_leaves(value)]
         return None
 
-    static = static or {}
-    return {name: for_value(value, static.get(name, ())) for name, value in sample_inputs.items()}
+    return {name: for_value(value, name) for name, value in sample_inputs.items()}
+
+
+@contextlib.contextmanager
+def multiples_of_their_roots(model: torch.nn.Module, multiples: dict[str, dict[int, int]]) -> Iterator[None]:
+    """While tracing, each dimension declared a multiple is rewritten as that multiple times its root.
+
+    torch.export checks a derived dimension against its root only after the trace; until then the trace reasons over
+    a size of its own, whose floor divisions by the multiple no simplification removes. Told the equality first,
+    torch's shape environment replaces the size by the product everywhere.
+    """
+    if not multiples:
+        yield
+        return
+    traced_forward = model.forward
+
+    def forward(**kwargs: Any) -> Any:
+        for name, declared in multiples.items():
+            for dim, multiple in declared.items():
+                _as_multiple_of_root(kwargs[name].shape[dim], multiple, _root_name(name, dim, multiple))
+        return traced_forward(**kwargs)
+
+    forward.__signature__ = inspect.signature(traced_forward)  # type: ignore[attr-defined]
+    model.forward = forward
+    try:
+        yield
+    finally:
+        model.forward = traced_forward
+
+
+def _root_name(input_name: str, dim: int, multiple: int) -> str:
+    return f"{input_name}_{dim}_in_{multiple}s"
+
+
+def _as_multiple_of_root(size: Any, multiple: int, root_name: str) -> None:
+    """Record ``size == multiple * root`` in the trace's shape environment, which then replaces ``size`` by it."""
+    if not isinstance(size, torch.SymInt):
+        return
+    shape_env = size.node.shape_env
+    source = ConstantSource(root_name)  # the source torch.export gives a derived dimension's root
+    root = next(symbol for symbol, sources in shape_env.var_to_sources.items() if source in sources)
+    shape_env.evaluate_expr(sympy.Eq(size.node.expr, multiple * root))
 
 
 # ── Stage 5: State cleanup ──

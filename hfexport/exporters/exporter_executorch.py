@@ -105,21 +105,31 @@ def narrow_dynamic_bounds(program: ExportedProgram, metadata: dict[str, Any], bo
     user_inputs = set(program.graph_signature.user_inputs)
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
     uppers: dict[Any, int] = {}
+    multiples: dict[Any, tuple[Any, int]] = {}  # a size declared a multiple: its expression, by root and multiple
     shape_env = None
     for node, traced_shape in zip(placeholders, metadata["input_shapes"], strict=True):
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor):
             continue
         for size, traced in zip(value.shape, traced_shape, strict=True):
-            if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
+            if not isinstance(size, torch.SymInt):
+                continue
+            multiple, symbol = size.node.expr.as_coeff_Mul()
+            if symbol.is_symbol and multiple.is_Integer:
                 shape_env = size.node.shape_env
-                uppers[size.node.expr] = max(uppers.get(size.node.expr, 0), bound, 2 * traced)
+                uppers[symbol] = max(uppers.get(symbol, 0), max(bound, 2 * traced) // int(multiple))
+                if multiple != 1:
+                    multiples[size.node.expr] = (symbol, int(multiple))
     for symbol, upper in uppers.items():
         ranges = shape_env.var_to_range[symbol]
         narrowed = ValueRanges(ranges.lower, min(ranges.upper, upper))
         shape_env.var_to_range[symbol] = narrowed
         if symbol in program.range_constraints:
             program.range_constraints[symbol] = narrowed
+    for expr, (symbol, multiple) in multiples.items():
+        if expr in program.range_constraints:
+            root = shape_env.var_to_range[symbol]
+            program.range_constraints[expr] = ValueRanges(root.lower * multiple, root.upper * multiple)
     metadata["dynamic_dims"] = dynamic_dim_bounds(program, metadata["input_names"])
 
 

@@ -39,6 +39,7 @@ ONNX_TRANSLATION = "onnx_translation"
 IR_FIX = "ir_fix"
 OPTIMIZER_SKIP = "optimizer_skip"
 STATIC_DIMS = "static_dims"
+DIM_MULTIPLES = "dim_multiples"
 
 Keys = str | Sequence[str]
 
@@ -82,6 +83,7 @@ class Workaround:
 _STAGES = {
     ("dynamo", PATCH): "2 model patches",
     ("dynamo", STATIC_DIMS): "4 dynamic shapes",
+    ("dynamo", DIM_MULTIPLES): "4 dynamic shapes",
     ("dynamo", LOADING_SWAP): "load (not an export stage)",
     ("onnx", PATCH): "1 torch patches",
     ("onnx", NODE_FIX): "3 FX node fixes",
@@ -173,6 +175,14 @@ def register_static_dims(key: str, *module_paths: str) -> Callable[[Callable], C
     if not module_paths:
         raise ValueError("register_static_dims needs at least one module class path")
     return _registering(key, STATIC_DIMS, module_paths)
+
+
+def register_dim_multiples(key: str, *module_paths: str) -> Callable[[Callable], Callable]:
+    """Register ``multiples(input_name, value, module) -> {dim: multiple}``: dims that models holding a ``module`` of a
+    class at these paths take in multiples only, declared as such (a dynamic root times the multiple)."""
+    if not module_paths:
+        raise ValueError("register_dim_multiples needs at least one module class path")
+    return _registering(key, DIM_MULTIPLES, module_paths)
 
 
 def registered(keys: Keys, kind: str) -> list[Workaround]:
@@ -434,17 +444,36 @@ def static_dims(
     A declaration applies when one of ``model``'s modules is an instance of one of its classes; it is recorded in
     ``report.installed`` (under the class it matched), a class path that does not resolve in ``report.unresolved``.
     """
+    static: dict[str, set[int]] = {}
+    for declaration, _module in _applying(keys, STATIC_DIMS, model, report):
+        for name, value in tensors.items():
+            static.setdefault(name, set()).update(declaration.function(name, value))
+    return static
+
+
+def dim_multiples(
+    keys: Keys, model: Any, tensors: dict[str, Any], report: PatchReport | None = None
+) -> dict[str, dict[int, int]]:
+    """``{input name: {dim: multiple}}`` of the input ``tensors`` that the dim-multiples declarations of ``keys``
+    declare, each given the first module of its class; applied and recorded as ``static_dims``'s declarations are."""
+    multiples: dict[str, dict[int, int]] = {}
+    for declaration, module in _applying(keys, DIM_MULTIPLES, model, report):
+        for name, value in tensors.items():
+            if declared := declaration.function(name, value, module):
+                multiples.setdefault(name, {}).update(declared)
+    return multiples
+
+
+def _applying(keys: Keys, kind: str, model: Any, report: PatchReport | None) -> Iterator[tuple[Workaround, Any]]:
+    """Each declaration of ``kind`` that applies to ``model``, with the first of ``model``'s modules it matched."""
     report = report if report is not None else PatchReport()
     module_types = {type(module) for module in model.modules()}
-    static: dict[str, set[int]] = {}
-    for workaround in registered(keys, STATIC_DIMS):
-        matched = [path for path in workaround.targets if _held_class(path, module_types, workaround, report)]
+    for declaration in registered(keys, kind):
+        matched = [path for path in declaration.targets if _held_class(path, module_types, declaration, report)]
         if not matched:
             continue
-        report.installed.append(_record(workaround, matched[0]))
-        for name, value in tensors.items():
-            static.setdefault(name, set()).update(workaround.function(name, value))
-    return static
+        report.installed.append(_record(declaration, matched[0]))
+        yield declaration, next(module for module in model.modules() if isinstance(module, resolve(matched[0])))
 
 
 def _held_class(path: str, module_types: set[type], workaround: Workaround, report: PatchReport) -> bool:
@@ -456,7 +485,7 @@ def _held_class(path: str, module_types: set[type], workaround: Workaround, repo
     try:
         module_class = resolve(path)
     except UnresolvedPathError as error:
-        logger.warning("static dims %s (%s) not applied: %s", workaround.name, workaround.key, error)
+        logger.warning("%s %s (%s) not applied: %s", workaround.kind, workaround.name, workaround.key, error)
         report.unresolved.append(_record(workaround, path))
         return False
     return any(issubclass(module_type, module_class) for module_type in module_types)

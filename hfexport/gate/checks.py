@@ -272,13 +272,14 @@ def engine(name: str) -> tuple[Callable, Callable, Callable]:
 
 
 def workarounds_used(exported: Any, model_module: str) -> list[str]:
-    """Fixes that changed the graph, and patches and static-dims declarations of the model's own code (torch-op
-    patches are installed always)."""
+    """Fixes that changed the graph, and patches and dims declarations of the model's own code (torch-op patches are
+    installed always)."""
     model_package = model_module.rpartition(".")[0] + "."
     names: list[str] = []
     for component in getattr(exported, "manifest", {}).get("components", {}).values():
         used = component.get("workarounds", {})
-        records = [_patch_record(entry) for entry in [*used.get("patches", []), *used.get("static_dims", [])]]
+        declarations = [*used.get("static_dims", []), *used.get("dim_multiples", [])]
+        records = [_patch_record(entry) for entry in [*used.get("patches", []), *declarations]]
         patches = [record["name"] for record in records if record["target"].startswith(model_package)]
         for name in [*patches, *used.get("fixes", [])]:
             if name not in names:

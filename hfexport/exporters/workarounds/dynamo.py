@@ -19,7 +19,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 
-from ..registry import register_patch, register_static_dims
+from ..registry import register_dim_multiples, register_patch, register_static_dims
 
 
 @register_patch("dynamo", "torch.nn.functional.scaled_dot_product_attention")
@@ -280,22 +280,6 @@ def _patch_conv1d_padding_from_sizes(original: Callable) -> Callable:
     return forward
 
 
-@register_patch("dynamo", "transformers.models.swin2sr.modeling_swin2sr.Swin2SRModel.pad_and_normalize")
-def _patch_swin2sr_pad_to_window_multiple(original: Callable) -> Callable:
-    # swin2sr (H and W stay dynamic): padded by (w - H % w) % w, the size is no visible multiple of the window and each
-    # window view costs torch.export Mod/floor-div reasoning (98 s dynamic, 2 s static); pad to w * ceil(H / w) first.
-    # patch_unembed views the features back at the unpadded size, so eager takes window multiples only: the program
-    # says so by name, not by that view's guard on the padded product.
-    def pad_and_normalize(self: Any, pixel_values: torch.Tensor) -> torch.Tensor:
-        (height, width), window = pixel_values.shape[-2:], self.config.window_size
-        torch._check(height % window == 0, lambda: f"swin2sr takes image heights in multiples of {window}")
-        torch._check(width % window == 0, lambda: f"swin2sr takes image widths in multiples of {window}")
-        padding = (0, _to_multiple(width, window) - width, 0, _to_multiple(height, window) - height)
-        return original(self, torch.nn.functional.pad(pixel_values, padding, "reflect"))
-
-    return pad_and_normalize
-
-
 @register_patch("dynamo", "transformers.models.cpmant.modeling_cpmant.CpmAntModel._prepare_attention_mask")
 def _patch_cpmant_padding_mask_from_arange(_original: Callable) -> Callable:
     # cpmant: the left-padding mask is torch.tensor(list(range(seqlen - prompt_length))[::-1]), a Python list as long
@@ -381,11 +365,6 @@ def _patch_reformer_axial_positions_gathered_at_once(original: Callable) -> Call
         return table.reshape(-1, table.shape[-1])[position_ids]
 
     return forward
-
-
-def _to_multiple(size: Any, multiple: int) -> Any:
-    """``size`` rounded up to a multiple of ``multiple``, written so that a symbolic size is visibly one."""
-    return (size + multiple - 1) // multiple * multiple
 
 
 # Attentions over packed sequences (one flat row per patch or frame of every image or clip, boundaries in cu_seqlens),
@@ -499,6 +478,14 @@ def _static_image_size_of_window_partition(name: str, value: torch.Tensor) -> tu
     # swin family: a dynamic H/W turns padding to window multiples and window_partition's views into nested floor-div,
     # Mod and Min expressions (30-280 s of sympy in torch.export), and the pad/window-clamp branches pin H/W anyway.
     return _image_size(name, value)
+
+
+@register_dim_multiples("dynamo", "transformers.models.swin2sr.modeling_swin2sr.Swin2SRModel")
+def _multiples_of_swin2sr_window(name: str, value: torch.Tensor, model: Any) -> dict[int, int]:
+    # swin2sr: patch_unembed views the features back at the unpadded H x W, so eager takes window multiples only; as
+    # sizes of their own, the padding to the window and each window view cost torch.export Mod reasoning (98 s).
+    window = model.config.window_size
+    return {2: window, 3: window} if name == "pixel_values" and value.dim() == 4 else {}
 
 
 @register_static_dims("dynamo", "transformers.models.hiera.modeling_hiera.HieraEncoder")
