@@ -172,6 +172,35 @@ def test_a_dimension_declared_a_multiple_is_traced_and_bounded_in_multiples(monk
     torch.testing.assert_close(execute(program, fed)[0], module(fed))
 
 
+class CroppedChannelsLast(torch.nn.Module):
+    """Convolves in channels-last and crops all of it, as swin2sr's super-resolution head does."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        convolved = self.conv(x.contiguous(memory_format=torch.channels_last))
+        return convolved[:, :, : x.shape[2], : x.shape[3]]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_whole_crop_of_a_channels_last_tensor_runs(monkeypatch, dynamic):
+    module, traced = CroppedChannelsLast(), torch.randn(2, 3, 4, 5)
+    config = ExecutorchConfig(dynamic=dynamic)
+    program, metadata = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    assert "_fix_whole_view_as_its_tensor" in metadata["workarounds"]["fixes"]
+    torch.testing.assert_close(execute(program, traced)[0], module(traced))
+    monkeypatch.setitem(
+        registry._REGISTRY,
+        "executorch",
+        [w for w in registry._REGISTRY["executorch"] if w.name != "_fix_whole_view_as_its_tensor"],
+    )
+    program, _ = ExecutorchExporter().export_program(module, {"x": traced}, config)
+    with pytest.raises(RuntimeError, match="0x12"):  # the copy planned contiguous: "different dim orders"
+        execute(program, traced)
+
+
 def test_static_export_rejects_other_shapes(tmp_path):
     model, _, _, loaded = export_roundtrip("bert", tmp_path)
     expected = r"'input_ids' dimension 1 has size 9, but the program accepts only size 7 \(exported static"
@@ -271,7 +300,7 @@ PARTITION_WORKAROUNDS = [
     ("_fix_cat_without_empty_tensors", "llama"),
     ("_fix_cat_repeated_input", "llama"),
     ("_fix_unsqueeze_as_view", "llama"),
-    ("_fix_alias_passthrough", "llama"),
+    ("_fix_whole_view_as_its_tensor", "llama"),
 ]
 
 

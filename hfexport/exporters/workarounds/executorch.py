@@ -28,6 +28,7 @@ from torch.fx.experimental.symbolic_shapes import (
     constrain_range,
     free_unbacked_symbols,
     guard_or_false,
+    statically_known_true,
 )
 from torch.utils._sympy.functions import FloorDiv, Max
 from torch.utils._sympy.numbers import int_oo
@@ -362,6 +363,33 @@ def _fix_sym_pow_as_mul(graph_module: torch.fx.GraphModule, node: torch.fx.Node)
     node.replace_all_uses_with(running)
     graph_module.graph.erase_node(node)
     return True
+
+
+@register_fx_node_fix("executorch")
+def _fix_whole_view_as_its_tensor(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # An alias, or a slice keeping all of its tensor, computes nothing but lowers to a copy: XNNPACK has no kernel for
+    # it (CausalLM heads' `[:, -0:]` put the lm_head in a partition of its own, 2 -> 1), and the portable one refuses a
+    # channels-last input planned contiguous (swin2sr's super-resolution crop [:, :, :2H, :2W]: 0x12, "different dim
+    # orders"); use the tensor.
+    if node.target not in (torch.ops.aten.slice.Tensor, torch.ops.aten.alias.default):
+        return False
+    source = node.args[0]
+    if not isinstance(source, torch.fx.Node) or source.op == "placeholder":
+        return False
+    value = source.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return False
+    if node.target is torch.ops.aten.slice.Tensor and not _keeps_whole_dim(value, *node.args[1:]):
+        return False
+    node.replace_all_uses_with(source)
+    graph_module.graph.erase_node(node)
+    return True
+
+
+def _keeps_whole_dim(value: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> bool:
+    """Whether ``value[start:end:step]`` along ``dim`` is all of ``value``; bounds may be nodes of symbolic sizes."""
+    start, end = (bound.meta.get("val") if isinstance(bound, torch.fx.Node) else bound for bound in (start, end))
+    return step == 1 and start in (None, 0) and (end is None or statically_known_true(end >= value.shape[dim]))
 
 
 @register_fx_node_fix("executorch")

@@ -262,20 +262,6 @@ def _fix_cat_repeated_input(graph_module: torch.fx.GraphModule, node: torch.fx.N
 
 
 @register_fx_node_fix("executorch.xnnpack")
-def _fix_alias_passthrough(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    # CausalLM heads (`hidden_states[:, slice(-0, None)]` traces to aten.alias): XNNPACK has no alias kernel, so the
-    # lm_head linear lands in a partition of its own (2 -> 1); an alias computes nothing, use its input.
-    if node.target is not torch.ops.aten.alias.default:
-        return False
-    source = node.args[0]
-    if not isinstance(source, torch.fx.Node) or source.op == "placeholder" or any(u.op == "output" for u in node.users):
-        return False
-    node.replace_all_uses_with(source)
-    graph_module.graph.erase_node(node)
-    return True
-
-
-@register_fx_node_fix("executorch.xnnpack")
 def _fix_unsqueeze_as_view(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # rotary cos/sin `unsqueeze(1)` (llama, mistral, qwen2, gemma): XNNPACK unsqueezes the last dim only and splits
     # the rotary setup from the layers (2 -> 1); a static view to the same shape is an op it takes.
