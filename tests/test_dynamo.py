@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -340,3 +341,24 @@ def test_dynamic_traces_skip_the_fake_cache_and_the_view_walk_and_trace_the_same
     with torch.no_grad():
         expected = model(pixel_values=pixel_values)
     assert max_abs_diff(fast.module()(pixel_values=pixel_values), expected) < TOLERANCE
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_rwkv_rescaled_in_place_on_its_first_forward_is_rescaled_on_every_call(monkeypatch, fixed, tmp_path):
+    # RWKV divides its weights in place on its first inference forward (_rescale_layers); with rescale_every=1 the
+    # second block's weights are halved. The program must halve the loaded weights on every call, and only once.
+    model = tiny_model("RwkvForCausalLM", seed=0)
+    model.config.rescale_every = 1
+    inputs = sample_inputs(model)
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        expected = reference(**inputs).logits
+    if not fixed:
+        kept = [w for w in registry._REGISTRY["dynamo"] if w.name != "_fix_parameter_mutation_recomputed_each_call"]
+        monkeypatch.setitem(registry._REGISTRY, "dynamo", kept)
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    AutoHfExporter.from_config(config).export(model, inputs, config).save_pretrained(tmp_path)
+    loaded = ExportedModel.from_pretrained(tmp_path)
+    calls = [max_abs_diff(loaded(**inputs).logits, expected) for _ in range(2)]
+    assert calls[0] < 1e-5
+    assert (calls[1] < 1e-5) is fixed, calls  # unfixed, the second call divides the weights again

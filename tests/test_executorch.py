@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import subprocess
 import sys
@@ -201,6 +202,38 @@ def test_a_whole_crop_of_a_channels_last_tensor_runs(monkeypatch, dynamic):
         execute(program, traced)
 
 
+class RescaledOnFirstCall(torch.nn.Module):
+    """Divides its weight in place on its first forward, as RWKV's _rescale_layers does."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.rescaled = torch.nn.Linear(4, 4), False
+
+    def forward(self, x):
+        if not self.rescaled:
+            self.linear.weight.div_(2)
+            self.rescaled = True
+        return self.linear(x)
+
+
+def test_a_weight_rescaled_in_place_is_rescaled_on_every_call(monkeypatch):
+    torch.manual_seed(0)
+    module, x = RescaledOnFirstCall(), torch.randn(2, 4)
+    reference = copy.deepcopy(module)
+    with torch.no_grad():
+        expected = reference(x)  # eager's first call rescales; later calls use the rescaled weight
+        assert torch.equal(reference(x), expected)
+    config = ExecutorchConfig(dynamic=False)
+    program, metadata = ExecutorchExporter().export_program(copy.deepcopy(module), {"x": x}, config)
+    assert "_fix_parameter_mutation_recomputed_each_call" in metadata["workarounds"]["fixes"]
+    for _ in range(2):
+        (actual,) = execute(program, x)
+        torch.testing.assert_close(actual, expected)
+    without_workaround(monkeypatch, "_fix_parameter_mutation_recomputed_each_call")
+    program, _ = ExecutorchExporter().export_program(copy.deepcopy(module), {"x": x}, config)
+    assert len(execute(program, x)) == 2  # the new weight returned as one more output
+
+
 def test_static_export_rejects_other_shapes(tmp_path):
     model, _, _, loaded = export_roundtrip("bert", tmp_path)
     expected = r"'input_ids' dimension 1 has size 9, but the program accepts only size 7 \(exported static"
@@ -305,8 +338,10 @@ PARTITION_WORKAROUNDS = [
 
 
 def without_workaround(monkeypatch, name: str) -> None:
-    """Take the ExecuTorch workaround ``name`` (key "executorch" or "executorch.xnnpack") out of the registry."""
-    key = next(k for k in ("executorch", "executorch.xnnpack") if any(w.name == name for w in registry._REGISTRY[k]))
+    """Take the workaround ``name`` an ExecuTorch export runs (key "executorch", "executorch.xnnpack" or "dynamo") out
+    of the registry."""
+    keys = ("executorch", "executorch.xnnpack", "dynamo")
+    key = next(k for k in keys if any(w.name == name for w in registry._REGISTRY[k]))
     kept = [w for w in registry._REGISTRY[key] if w.name != name]
     assert len(kept) == len(registry._REGISTRY[key]) - 1
     monkeypatch.setitem(registry._REGISTRY, key, kept)

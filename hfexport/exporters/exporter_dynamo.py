@@ -1,13 +1,14 @@
 """``DynamoExporter``: torch.export of a transformers model, the base every other backend converts from.
 
-``DynamoExporter.export_program`` runs five stages, each marked below by a ``# ── Stage N: … ──`` banner:
+``DynamoExporter.export_program`` runs six stages, each marked below by a ``# ── Stage N: … ──`` banner:
 
 1. forward-signature patch: ``model.forward`` gets a flat keyword signature while tracing;
 2. model patches: the ``"dynamo"`` workarounds (``workarounds/dynamo.py``), then the backend's own keys' patches;
 3. pytree registration: every ``Cache`` and ``ModelOutput`` type (``pytree.py``);
 4. dynamic shapes: ``Dim.AUTO`` on every input dimension with ``dynamic=True``, but those a static-dims declaration
    keeps static and those a dim-multiples declaration makes a multiple of a dynamic root;
-5. state cleanup: attributes a forward caches on a module are cleared for the trace and restored.
+5. state cleanup: attributes a forward caches on a module are cleared for the trace and restored;
+6. program fixes: the ``"dynamo"`` program fixes rewrite the traced program, before any backend lowers it.
 
 Between them torch.export traces the model (``TRACE``): not a stage of hfexport's but the model's own code running,
 so a failure there is reported as "dynamo · torch.export trace".
@@ -39,6 +40,7 @@ from .registry import (
     LOADING_SWAP,
     PatchReport,
     apply_patches,
+    apply_program_fixes,
     dim_multiples,
     merged_records,
     static_dims,
@@ -164,6 +166,8 @@ class DynamoExporter(HfExporter):
             "fixes": [],
             "disabled": compat.disabled(),  # transformers internals this checkout lacks: what was off
         }
+        with export_stage("dynamo", 6, "program fixes"):
+            apply_program_fixes("dynamo", program, metadata["workarounds"]["fixes"])
         metadata["timings"] = {"torch.export": round(time.perf_counter() - started, 3)}
         if trace is not None and trace.program is None:
             trace.keep(self, config, sample_inputs, program, metadata, reached)
@@ -440,6 +444,12 @@ def stateful_attributes_cleared(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for module, name, value in saved:
             setattr(module, name, value)
+
+
+# ── Stage 6: Program fixes ──
+# Rewrites of the traced program that every backend needs, run once on it before any backend lowers it (and before
+# the gate hands the trace on to ONNX). Extend in ``workarounds/dynamo.py`` with ``@register_fx_program_fix("dynamo")``;
+# a backend's own program fixes run in its lowering stages.
 
 
 def program_metadata(program: ExportedProgram, sample_inputs: dict[str, Any]) -> dict[str, Any]:

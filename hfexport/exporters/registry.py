@@ -84,6 +84,7 @@ _STAGES = {
     ("dynamo", PATCH): "2 model patches",
     ("dynamo", STATIC_DIMS): "4 dynamic shapes",
     ("dynamo", DIM_MULTIPLES): "4 dynamic shapes",
+    ("dynamo", PROGRAM_FIX): "6 program fixes",
     ("dynamo", LOADING_SWAP): "load (not an export stage)",
     ("onnx", PATCH): "1 torch patches",
     ("onnx", NODE_FIX): "3 FX node fixes",

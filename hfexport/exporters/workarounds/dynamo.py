@@ -2,7 +2,8 @@
 
 A patch here swaps model (or torch) code torch.export cannot trace, or cannot save, for an export-safe equivalent,
 for the duration of one export (``DynamoExporter``'s stage 2). Model patches only ONNX and ExecuTorch need are in
-``lowered.py``. The static-dims declarations at the end keep input dimensions static (stage 4, every backend).
+``lowered.py``. The dims declarations after them keep input dimensions static or declare them multiples (stage 4,
+every backend); the program fixes at the end rewrite the traced program every backend lowers (stage 6).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.export import ExportedProgram
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 
-from ..registry import register_dim_multiples, register_patch, register_static_dims
+from ..registry import register_dim_multiples, register_fx_program_fix, register_patch, register_static_dims
 
 
 @register_patch("dynamo", "torch.nn.functional.scaled_dot_product_attention")
@@ -616,3 +618,35 @@ def _static_image_count_of_per_image_loops(name: str, value: torch.Tensor) -> tu
 def _image_size(name: str, value: torch.Tensor) -> tuple[int, ...]:
     """The height and width dims of a (batch, channels, height, width) ``pixel_values``."""
     return (2, 3) if name == "pixel_values" and value.dim() == 4 else ()
+
+
+# ── Program fixes (stage 6) ──
+
+
+@register_fx_program_fix("dynamo")
+def _fix_parameter_mutation_recomputed_each_call(program: ExportedProgram) -> bool:
+    # rwkv (RwkvModel._rescale_layers): the first inference forward divides weights in place (div_); the program did
+    # it on every call (torch.export's module divided its weights again each time; ExecuTorch returned each weight as
+    # one more output). Out of place it divides the loaded weights each call: the weights eager's first call leaves.
+    parameters = set(program.graph_signature.inputs_to_parameters)
+    nodes, changed = list(program.graph.nodes), False
+    for position, node in enumerate(nodes):
+        parameter = node.args[0] if node.op == "call_function" and node.args else None
+        functional = _out_of_place(node.target)
+        if functional is None or getattr(parameter, "name", None) not in parameters:
+            continue
+        node.target = functional
+        for later in nodes[position + 1 :]:
+            later.replace_input_with(parameter, node)
+        changed = True
+    if changed:
+        program.graph_module.recompile()
+    return changed
+
+
+def _out_of_place(op: Any) -> Any:
+    """The out-of-place overload of an in-place aten op (``aten.div_.Tensor`` -> ``aten.div.Tensor``), else None."""
+    if not isinstance(op, torch._ops.OpOverload) or not op.overloadpacket.__name__.endswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, op.overloadpacket.__name__[:-1], None)
+    return getattr(packet, op._overloadname, None)
