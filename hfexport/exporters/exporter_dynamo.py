@@ -105,7 +105,7 @@ class DynamoExporter(HfExporter):
         config: DynamoConfig,
         trace: SharedTrace | None = None,
     ) -> tuple[ExportedProgram, dict[str, Any]]:
-        """Run the five stages and return the ``ExportedProgram`` with what was recorded while tracing.
+        """Run the six stages and return the ``ExportedProgram`` with what was recorded while tracing.
 
         ``trace``: a :class:`SharedTrace` of the model. An empty one is filled by this trace; a filled one is used
         instead of tracing again when it is the program this export would trace (``SharedTrace.refusal``).
