@@ -468,28 +468,34 @@ def dim_multiples(
 def _applying(keys: Keys, kind: str, model: Any, report: PatchReport | None) -> Iterator[tuple[Workaround, Any]]:
     """Each declaration of ``kind`` that applies to ``model``, with the first of ``model``'s modules it matched."""
     report = report if report is not None else PatchReport()
-    module_types = {type(module) for module in model.modules()}
+    modules = list(model.modules())
+    module_types = {type(module) for module in modules}
     for declaration in registered(keys, kind):
-        matched = [path for path in declaration.targets if _held_class(path, module_types, declaration, report)]
-        if not matched:
+        held = [
+            (path, found)
+            for path in declaration.targets
+            if (found := _held_class(path, module_types, declaration, report))
+        ]
+        if not held:
             continue
-        report.installed.append(_record(declaration, matched[0]))
-        yield declaration, next(module for module in model.modules() if isinstance(module, resolve(matched[0])))
+        path, held_class = held[0]
+        report.installed.append(_record(declaration, path))
+        yield declaration, next(module for module in modules if isinstance(module, held_class))
 
 
-def _held_class(path: str, module_types: set[type], workaround: Workaround, report: PatchReport) -> bool:
-    """Whether a module of ``module_types`` is an instance of the class at ``path``; an unresolved path is reported."""
+def _held_class(path: str, module_types: set[type], workaround: Workaround, report: PatchReport) -> type | None:
+    """The class at ``path`` where a module of ``module_types`` is an instance of it; an unresolved path is reported."""
     # As for patches: importing every declared class's modeling module to look cost each dynamic export 0.4 s in a
     # gate job, and a class of a module not imported cannot be one the model was built from.
     if not may_be_loaded(path):
-        return False
+        return None
     try:
         module_class = resolve(path)
     except UnresolvedPathError as error:
         logger.warning("%s %s (%s) not applied: %s", workaround.kind, workaround.name, workaround.key, error)
         report.unresolved.append(_record(workaround, path))
-        return False
-    return any(issubclass(module_type, module_class) for module_type in module_types)
+        return None
+    return module_class if any(issubclass(module_type, module_class) for module_type in module_types) else None
 
 
 # ── Running fixes ──
