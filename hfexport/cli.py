@@ -183,7 +183,7 @@ def _check_model_name(model: str, source: Path) -> None:
 @click.option(
     "--check",
     is_flag=True,
-    help="Exit 1 when a patch target or a transformers internal hfexport uses does not resolve in this transformers.",
+    help="Exit 1 when a patch target or a transformers or torch internal hfexport uses is missing or changed here.",
 )
 @click.option(
     "--checkout",
@@ -194,7 +194,8 @@ def registry(backend: str | None, check: bool, checkout: Path | None) -> None:
     """List every registered workaround: key (backend or delegate), stage, kind, name, targets and why.
 
     With --check, also resolve every patch target and every non-public transformers name hfexport uses (the
-    compatibility layer) in the transformers that `hfexport check` would export from here.
+    compatibility layer) in the transformers that `hfexport check` would export from here, and every non-public torch
+    name (hfexport/torch_compat.py) in the running torch.
     """
     from .gate.changes import find_checkout
     from .gate.worker import install_checkout
@@ -218,10 +219,11 @@ def registry(backend: str | None, check: bool, checkout: Path | None) -> None:
 def _check_registry(backend: str | None) -> None:
     import transformers
 
-    from . import compat
+    from . import compat, torch_compat
     from .exporters.registry import ABSENT_FEATURE, ABSENT_MODEL, unresolved_targets
 
     click.echo(f"checking against transformers {transformers.__version__} at {Path(transformers.__file__).parent}")
+    click.echo(f"checking against torch {torch_compat.torch_version()}")
     problems = 0
     for workaround, reason, absent in unresolved_targets(backend):
         if absent == ABSENT_MODEL:
@@ -235,9 +237,15 @@ def _check_registry(backend: str | None) -> None:
     for internal, reason in compat.unresolved():
         problems += 1
         click.echo(f"MISSING transformers internal {internal.path}: off here: {internal.feature} ({reason})", err=True)
+    for torch_internal, reason in torch_compat.unresolved():
+        problems += 1
+        click.echo(f"TORCH internal {torch_internal.path} ({torch_internal.feature}): {reason}", err=True)
     if problems:
         sys.exit(1)
-    click.echo(f"every patch target and all {len(compat.INTERNALS)} transformers internals hfexport uses resolve")
+    click.echo(
+        f"every patch target, all {len(compat.INTERNALS)} transformers internals and all "
+        f"{len(torch_compat.INTERNALS)} torch internals hfexport uses resolve"
+    )
 
 
 @main.command()

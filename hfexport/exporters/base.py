@@ -178,7 +178,7 @@ class ModelRunner:
 
     def flatten_inputs(self, component: str, inputs: dict[str, Any]) -> list[Any]:
         """The flat input list in traced order; a missing or unexpected input name is a clear error."""
-        import torch.utils._pytree as pytree
+        from ..torch_compat import pytree
 
         in_spec = self._spec(component, "in_spec")
         expected = list(in_spec.child(1).context)
@@ -236,13 +236,13 @@ class ModelRunner:
                     )
 
     def rebuild_outputs(self, component: str, flat_outputs: list[Any]) -> Any:
-        import torch.utils._pytree as pytree
+        from ..torch_compat import pytree
 
         return pytree.tree_unflatten(list(flat_outputs), self._spec(component, "out_spec"))
 
     @functools.cache  # noqa: B019 - one runner per ExportedModel; specs are parsed once
     def _spec(self, component: str, key: str) -> Any:
-        import torch.utils._pytree as pytree
+        from ..torch_compat import pytree
 
         return pytree.treespec_loads(self.exported.components[component][key])
 

@@ -28,12 +28,10 @@ from typing import Any
 
 import sympy
 import torch
-import torch.utils._pytree as pytree
-from torch._dynamo.source import ConstantSource
 from torch.export import Dim, ExportedProgram
-from torch.utils._sympy.numbers import int_oo
 
 from .. import compat
+from ..torch_compat import ConstantSource, int_oo, pytree
 from .base import ExportConfigMixin, HfExporter
 from .pytree import _spec_types, leaf_names, register_cache_types
 from .registry import (

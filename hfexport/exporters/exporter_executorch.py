@@ -31,7 +31,6 @@ from .utils import require
 require("executorch", extra="executorch")
 
 import torch  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner  # noqa: E402
 from executorch.exir import (  # noqa: E402
     EdgeCompileConfig,
@@ -39,8 +38,8 @@ from executorch.exir import (  # noqa: E402
     to_edge_transform_and_lower,
 )
 from torch.export import ExportedProgram  # noqa: E402
-from torch.utils._sympy.value_ranges import ValueRanges  # noqa: E402
 
+from ..torch_compat import OpOverload, ValueRanges, pytree  # noqa: E402
 from .exporter_dynamo import DynamoConfig, DynamoExporter, SharedTrace, dynamic_dim_bounds  # noqa: E402
 from .registry import (  # noqa: E402
     LOWERING_SWAP,
@@ -318,7 +317,7 @@ class _UnfilteredXnnpackPartitioner(XnnpackPartitioner):
     op kept whole that XNNPACK then declines stays in the program, so only ops with a portable kernel are kept.
     """
 
-    def ops_to_not_decompose(self, ep: ExportedProgram) -> tuple[list[torch._ops.OpOverload], None]:
+    def ops_to_not_decompose(self, ep: ExportedProgram) -> tuple[list[OpOverload], None]:
         ops, _ = super().ops_to_not_decompose(ep)
         return [op for op in ops if op._schema.name in _portable_kernel_names()], None
 

@@ -253,7 +253,7 @@ def _axis_name(input_name: str, axis: int) -> str:
 
 def _name_dynamic_axes(model: ir.Model, input_names: list[str]) -> None:
     """Rename torch's ``s72``-style symbols after the input axes they stand for, everywhere they appear."""
-    from torch.onnx._internal.exporter import _ir_passes
+    from ..torch_compat import _ir_passes
 
     mapping: dict[str, str] = {}
     for value in model.graph.inputs:

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from .. import compat
+from ..torch_compat import pytree
 
 _TENSOR = "__tensor__"
 

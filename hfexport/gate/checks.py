@@ -153,9 +153,9 @@ def flat_outputs(outputs: Any) -> list[tuple[str, Any]]:
     (onnxruntime) still lines up with eager, and the values are compared too.
     """
     import torch
-    import torch.utils._pytree as pytree
 
     from hfexport.exporters.pytree import leaf_names, register_cache_types
+    from hfexport.torch_compat import pytree
 
     register_cache_types()
     leaves, spec = pytree.tree_flatten(outputs)

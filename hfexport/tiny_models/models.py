@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, PreTrainedModel
 
+from ..torch_compat import _BatchNorm
 from .classes import UnrunnableModelError, resolve_model_class
 from .configs import tiny_config
 from .tables import DEGENERATE_INIT, UNRUNNABLE
@@ -43,7 +44,7 @@ def _trained_like_conv_scales(model: torch.nn.Module, generator: torch.Generator
     """Unit BatchNorm scales and conv weights of std 1/sqrt(fan-in): activations keep their size layer to layer."""
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.weight is not None:
+            if isinstance(module, _BatchNorm) and module.weight is not None:
                 module.weight.fill_(1.0)
             elif isinstance(module, torch.nn.Conv2d):
                 fan_in = module.weight[0].numel()

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 from torch.export import ExportedProgram
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 
+from ...torch_compat import OpOverload, free_unbacked_symbols
 from ..registry import register_dim_multiples, register_fx_program_fix, register_patch, register_static_dims
 
 
@@ -646,7 +646,7 @@ def _fix_parameter_mutation_recomputed_each_call(program: ExportedProgram) -> bo
 
 def _out_of_place(op: Any) -> Any:
     """The out-of-place overload of an in-place aten op (``aten.div_.Tensor`` -> ``aten.div.Tensor``), else None."""
-    if not isinstance(op, torch._ops.OpOverload) or not op.overloadpacket.__name__.endswith("_"):
+    if not isinstance(op, OpOverload) or not op.overloadpacket.__name__.endswith("_"):
         return None
     packet = getattr(torch.ops.aten, op.overloadpacket.__name__[:-1], None)
     return getattr(packet, op._overloadname, None)

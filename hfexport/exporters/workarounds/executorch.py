@@ -16,25 +16,28 @@ from typing import Any
 
 import sympy
 import torch
-import torch.utils._pytree as pytree
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.passes.executorch_prim_ops_registry import _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS
 from executorch.exir.sym_util import eval_shape_upper_bound, eval_upper_bound
 from executorch.exir.tensor import determine_tensor_dynanism
-from torch._subclasses import fake_impls
 from torch.export import ExportedProgram
-from torch.fx.experimental.symbolic_shapes import (
+
+from ...torch_compat import (
+    FloorDiv,
     GuardOnDataDependentSymNode,
+    Max,
+    SymT,
+    _triple,
+    bound_sympy,
     constrain_range,
+    fake_impls,
     free_unbacked_symbols,
     guard_or_false,
+    int_oo,
+    pytree,
     statically_known_true,
+    symbol_is_type,
 )
-from torch.utils._sympy.functions import FloorDiv, Max
-from torch.utils._sympy.numbers import int_oo
-from torch.utils._sympy.symbol import SymT, symbol_is_type
-from torch.utils._sympy.value_ranges import bound_sympy
-
 from ..registry import register_fx_node_fix, register_fx_program_fix, register_patch
 
 # ── Torch patches (stage 2) ──
@@ -69,8 +72,8 @@ def _patch_conv3d_as_conv2d(original: Callable) -> Callable:
         dilation: Any = 1,
         groups: int = 1,
     ) -> torch.Tensor:
-        stride, dilation = torch.nn.modules.utils._triple(stride), torch.nn.modules.utils._triple(dilation)
-        padding = padding if isinstance(padding, str) else torch.nn.modules.utils._triple(padding)
+        stride, dilation = _triple(stride), _triple(dilation)
+        padding = padding if isinstance(padding, str) else _triple(padding)
         frames = weight.shape[2]
         time_padding = 0 if padding == "valid" else None if isinstance(padding, str) else padding[0]
         if (stride[0], dilation[0], time_padding, groups, input.dim()) != (frames, 1, 0, 1, 5):

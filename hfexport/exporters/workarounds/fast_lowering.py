@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 from torch.export import ExportedProgram
-from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from ...torch_compat import OpOverload, PassBase, PassResult
 from ..registry import register_lowering_swap
 from ..utils import program_nodes
 from .fast_tracing import (
@@ -119,16 +119,13 @@ class _ViewCopiesInPlace(PassBase):
     does while it re-traces; node values are left for the next re-trace to recompute."""
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        from torch._export.passes.replace_view_ops_with_view_copy_ops_pass import (
-            _NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS,
-            get_view_copy_of_view_op,
-        )
+        from ...torch_compat import _NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS, get_view_copy_of_view_op
 
         for module in graph_module.modules():
             if not isinstance(module, torch.fx.GraphModule):
                 continue
             for node in module.graph.nodes:
-                if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                if node.op == "call_function" and isinstance(node.target, OpOverload):
                     functional = _NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS.get(node.target)
                     node.target = functional or get_view_copy_of_view_op(node.target._schema) or node.target
             module.recompile()
@@ -174,7 +171,8 @@ def _patch_partitions_sorted_once(original: Callable) -> Callable:
     # Each delegate partition re-sorts the whole program (legalize_graph copies every node and recompiles), O(partitions
     # x nodes): 350 of SeamlessM4T speech's 615 profiled lowering seconds (451 partitions). Sort once, after the last.
     from executorch.exir.backend import backend_api
-    from torch.fx.passes.tools_common import legalize_graph
+
+    from ...torch_compat import legalize_graph
 
     def create_partitions(graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> dict[str, list]:
         create_submodule = backend_api.create_submodule_from_nodes

@@ -12,11 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch._prims_common import extract_shape_from_varargs, infer_size, make_contiguous_strides_for
 from torch.fx import GraphModule
-from torch.fx._lazy_graph_module import _LazyGraphModule
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from ...torch_compat import (
+    _LazyGraphModule,
+    extract_shape_from_varargs,
+    infer_size,
+    make_contiguous_strides_for,
+    statically_known_true,
+)
 from ..registry import register_patch
 
 GRAPH_MODULE_CONSTRUCTOR = "torch.fx.graph_module.GraphModule.__new__"

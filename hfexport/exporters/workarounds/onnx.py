@@ -19,10 +19,10 @@ from typing import Any
 import onnx_ir as ir
 import torch
 from onnxscript import opset18 as op
-from torch._prims_common import is_contiguous_or_false
 from torch.export import ExportedProgram
 
 from ... import compat
+from ...torch_compat import HigherOrderOperator, OpOverload, is_contiguous_or_false
 from ..registry import (
     apply_node_fixes,
     register_fx_node_fix,
@@ -162,7 +162,7 @@ def _patch_decomposition_only_when_needed(original: Callable) -> Callable:
     # export) also when the re-trace would change nothing: no op of its table, no mutation, no composite op it would
     # break up that torchlib does not translate. Such a program is translated as it is.
     def decompose_with_registry(exported_program: ExportedProgram, registry: Any) -> ExportedProgram:
-        from torch.onnx._internal.exporter import _decomp
+        from ...torch_compat import _decomp
 
         table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
         targets = {node.target for node in program_nodes(exported_program.graph_module) if node.op == "call_function"}
@@ -174,11 +174,11 @@ def _patch_decomposition_only_when_needed(original: Callable) -> Callable:
 
 
 def _changed_by_decomposition(target: Any, table: dict, registry: Any) -> bool:
-    from torch._export.utils import _is_cia_op, _is_preservable_cia_op
+    from ...torch_compat import _is_cia_op, _is_preservable_cia_op
 
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, HigherOrderOperator):
         return True
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, OpOverload):
         return False  # operator.getitem, SymInt arithmetic
     if target in table or target._schema.is_mutable:
         return True
@@ -199,7 +199,7 @@ def _patch_type_promotion_only_when_needed(original: Callable) -> Callable:
 
 def _needs_promotion(node: torch.fx.Node) -> bool:
     """Whether torch.onnx's type promotion would cast an input of ``node``; True where the traced values cannot say."""
-    from torch.onnx._internal.fx.passes.type_promotion import get_type_promotion_rule
+    from ...torch_compat import get_type_promotion_rule
 
     rule = get_type_promotion_rule(node, _type_promotion_table()) if node.op == "call_function" else None
     if rule is None:
@@ -219,7 +219,7 @@ def _needs_promotion(node: torch.fx.Node) -> bool:
 
 
 def _other_dtype(value: Any, dtype: torch.dtype, unknown: object) -> bool:
-    from torch.onnx._internal.fx.type_utils import from_scalar_type_to_torch_dtype
+    from ...torch_compat import from_scalar_type_to_torch_dtype
 
     if isinstance(value, list | tuple):
         return any(_other_dtype(item, dtype, unknown) for item in value)
@@ -231,7 +231,7 @@ def _other_dtype(value: Any, dtype: torch.dtype, unknown: object) -> bool:
 
 @functools.cache
 def _type_promotion_table() -> Any:
-    from torch.onnx._internal.fx.passes.type_promotion import TypePromotionTable
+    from ...torch_compat import TypePromotionTable
 
     return TypePromotionTable()
 
@@ -405,13 +405,13 @@ def _fix_inplace_relu_of_an_unshared_value(graph_module: torch.fx.GraphModule, n
     (source,) = node.args
     if not isinstance(source, torch.fx.Node) or source.op != "call_function" or len(source.users) != 1:
         return False
-    if not isinstance(source.target, torch._ops.OpOverload) or _returns_an_alias(source.target):
+    if not isinstance(source.target, OpOverload) or _returns_an_alias(source.target):
         return False
     node.target = torch.ops.aten.relu.default
     return True
 
 
-def _returns_an_alias(op: torch._ops.OpOverload) -> bool:
+def _returns_an_alias(op: OpOverload) -> bool:
     """Whether ``op`` returns a view of (or writes into) one of its inputs."""
     return op._schema.is_mutable or any(result.alias_info is not None for result in op._schema.returns)
 

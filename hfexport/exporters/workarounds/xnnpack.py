@@ -12,9 +12,8 @@ from typing import Any
 
 import torch
 from torch.export import ExportedProgram
-from torch.fx.experimental.symbolic_shapes import free_symbols
-from torch.fx.passes.infra.pass_base import PassResult
 
+from ...torch_compat import PassResult, free_symbols
 from ..registry import register_fx_node_fix, register_lowering_swap, register_patch
 from .executorch import _call_with_value
 
@@ -184,8 +183,6 @@ def _patch_convert_to_sdpa_noop(original: Callable) -> Callable:
     # t5 (XNNPACK preprocess): the pass traces its SDPA pattern under `_patch_sdpa_as_math_attention`, matches our
     # math attention, then asserts "Could not find scale" (it reads a mul.Scalar, which XNNPACK never delegates).
     def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
-        from torch.fx.passes.infra.pass_base import PassResult
-
         return PassResult(graph_module, False)
 
     return call
