@@ -4,7 +4,8 @@ The runner scans every line a step prints, stdout and stderr alike: a line start
 whitespace) is a workflow command, and so is ``##[name]`` anywhere in a line (the older syntax). Text taken from a
 report, a checkout or an API answer must never become one, so everything hfexport prints in a workflow goes through
 here: ``command`` escapes a command's data and properties, ``line`` turns free text into one inert line, and
-``verbatim`` wraps text that must keep its lines between ``stop-commands`` markers.
+``print_block`` prints text that must keep its lines between ``stop-commands`` markers. Each drops Unicode format
+characters (``visible``): a bidi override or a zero-width character in a class name would make the log lie.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import re
 import secrets
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 
 # ``##[`` opens a command anywhere in a line; writing its second ``#`` as %23 keeps the text readable and inert.
@@ -21,9 +23,16 @@ _OLD_COMMAND = re.compile(r"##\[")
 _LEADING_COMMAND = re.compile(r"^(\s*):")
 
 
+def visible(text: object) -> str:
+    """``text`` without Unicode format characters (category Cf: bidi overrides, zero-width joiners, U+FEFF, tags),
+    which reorder or hide what a reader of the log or the PR sees."""
+    text = str(text)
+    return text if text.isascii() else "".join(c for c in text if unicodedata.category(c) != "Cf")
+
+
 def escape_data(text: str) -> str:
-    """A command's message, escaped the way the runner unescapes it (``%``, CR, LF)."""
-    return str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A command's message, escaped the way the runner unescapes it (``%``, CR, LF), format characters dropped."""
+    return visible(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:
@@ -38,7 +47,8 @@ def command(name: str, message: str, **properties: str | int | None) -> str:
 
 
 def line(text: object) -> str:
-    """Free text as one line no runner reads as a command: CR/LF/% escaped, ``##[`` and a leading ``:`` defused."""
+    """Free text as one line no runner reads as a command: CR/LF/% escaped, ``##[`` and a leading ``:`` defused,
+    format characters dropped."""
     escaped = _OLD_COMMAND.sub("#%23[", escape_data(str(text)))
     return _LEADING_COMMAND.sub(r"\1%3A", escaped)
 
@@ -62,6 +72,13 @@ def verbatim(echo: Callable[[str], None], environ: Mapping[str, str] | None = No
         yield
     finally:
         echo(f"::{token}::")
+
+
+def print_block(echo: Callable[[str], None], text: str, environ: Mapping[str, str] | None = None) -> None:
+    """Multi-line free text (a table of untrusted names) as it is, but for format characters, with command processing
+    off around it in Actions."""
+    with verbatim(echo, environ):
+        echo(visible(text))
 
 
 class LineFormatter(logging.Formatter):

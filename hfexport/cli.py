@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from . import actions
 from .gate.cells import BACKENDS, parse_shard
+
+if TYPE_CHECKING:
+    from .gate.health import Thresholds
+    from .gate.report import Report
 
 FORMATS = BACKENDS
 
@@ -21,15 +27,27 @@ class UsageFailure(click.UsageError):
         return actions.line(self.message)
 
 
-def _say(text: object) -> None:
-    """One line of output that can hold words from a report or an API answer."""
-    click.echo(actions.line(text))
+def _say(text: object, err: bool = False) -> None:
+    """One line of output that can hold words from a report, a checkout or an API answer: every line a command
+    prints goes through here (or ``actions.print_block``), so none becomes a workflow command in Actions."""
+    click.echo(actions.line(text), err=err)
 
 
 def _fail(message: object) -> None:
     """The one way a command stops on an error: one inert line on stderr, exit code 2."""
     click.echo(f"error: {actions.line(message)}", err=True)
     sys.exit(2)
+
+
+def _write_reports(report: Report, report_dir: Path) -> dict[str, Path]:
+    """The report files (and the job summary); a directory or summary file that cannot be written is exit code 2."""
+    from .gate.views import write_reports
+
+    try:
+        return write_reports(report, report_dir)
+    except OSError as error:
+        _fail(f"cannot write the reports to {report_dir}: {error.strerror or error}")
+        raise
 
 
 def _format_size(path: Path) -> str:
@@ -42,7 +60,8 @@ def _format_size(path: Path) -> str:
 
 
 class _Main(click.Group):
-    """The command group; output cut short by its reader (``hfexport registry | head``) is a normal end, exit 0."""
+    """The command group. Output cut short by its reader (``hfexport registry | head``) is a normal end, exit 0; an
+    unexpected exception (a bug in hfexport) ends with exit code 2, never 1, which says "a regression"."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -51,6 +70,13 @@ class _Main(click.Group):
             # The reader is gone: send what is still buffered nowhere, so flushing at exit cannot fail again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's own ending (it quotes the values it echoes)
+        except Exception as error:
+            for text in traceback.format_exception(error):
+                for line in text.rstrip("\n").splitlines():
+                    _say(line, err=True)
+            _fail(f"hfexport failed: {type(error).__name__}: {error} (a bug in hfexport: the traceback is above)")
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
@@ -133,13 +159,13 @@ def export(
     exporter = AutoHfExporter.from_config(config)
     name = source.name if source.is_dir() else model
     target = output or Path(f"{name}-{export_format}")
-    click.echo(f"exporting {type(loaded).__name__} to {export_format} ({'dynamic' if dynamic else 'static'} shapes)…")
+    _say(f"exporting {type(loaded).__name__} to {export_format} ({'dynamic' if dynamic else 'static'} shapes)…")
     if for_generation:
         exported = exporter.export_for_generation(loaded, inputs, config, max_cache_len=max_cache_len)
     else:
         exported = exporter.export(loaded, inputs, config)
     exported.save_pretrained(target)
-    click.echo(f"saved {target} ({_format_size(target)}): {', '.join(sorted(exported.manifest['files']))}")
+    _say(f"saved {target} ({_format_size(target)}): {', '.join(sorted(exported.manifest['files']))}")
 
 
 # Packages whose warnings are about themselves (torchao's optional kernels, torch's pytree notes, ONNX registration of
@@ -206,12 +232,14 @@ def registry(backend: str | None, check: bool, checkout: Path | None) -> None:
     from .exporters.registry import all_workarounds
 
     for skipped in import_backend_modules(backend):
-        click.echo(f"note: {skipped}", err=True)
+        _say(f"note: {skipped}", err=True)
     rows = sorted(all_workarounds(backend), key=lambda w: (w.backend, w.stage, w.key, w.name))
     for w in rows:
         targets = ", ".join(w.targets) or "-"
-        click.echo(f"{w.key:<18} {w.stage:<22} {w.kind:<16} {w.name}\n    targets: {targets}\n    why: {w.reason}")
-    click.echo(f"{len(rows)} workaround(s)")
+        _say(f"{w.key:<18} {w.stage:<22} {w.kind:<16} {w.name}")
+        _say(f"    targets: {targets}")
+        _say(f"    why: {w.reason}")
+    _say(f"{len(rows)} workaround(s)")
     if check:
         _check_registry(backend)
 
@@ -222,27 +250,27 @@ def _check_registry(backend: str | None) -> None:
     from . import compat, torch_compat
     from .exporters.registry import ABSENT_FEATURE, ABSENT_MODEL, unresolved_targets
 
-    click.echo(f"checking against transformers {transformers.__version__} at {Path(transformers.__file__).parent}")
-    click.echo(f"checking against torch {torch_compat.torch_version()}")
+    _say(f"checking against transformers {transformers.__version__} at {Path(transformers.__file__).parent}")
+    _say(f"checking against torch {torch_compat.torch_version()}")
     problems = 0
     for workaround, reason, absent in unresolved_targets(backend):
         if absent == ABSENT_MODEL:
-            click.echo(f"absent model {workaround.key} {workaround.name}: {reason} (not needed here)")
+            _say(f"absent model {workaround.key} {workaround.name}: {reason} (not needed here)")
         elif absent == ABSENT_FEATURE:
             off = compat.INTERNALS[workaround.defined_by].feature
-            click.echo(f"absent feature {workaround.key} {workaround.name}: {reason} (off here: {off})")
+            _say(f"absent feature {workaround.key} {workaround.name}: {reason} (off here: {off})")
         else:
             problems += 1
-            click.echo(f"UNRESOLVED {workaround.key} {workaround.name}: {reason}", err=True)
+            _say(f"UNRESOLVED {workaround.key} {workaround.name}: {reason}", err=True)
     for internal, reason in compat.unresolved():
         problems += 1
-        click.echo(f"MISSING transformers internal {internal.path}: off here: {internal.feature} ({reason})", err=True)
+        _say(f"MISSING transformers internal {internal.path}: off here: {internal.feature} ({reason})", err=True)
     for torch_internal, reason in torch_compat.unresolved():
         problems += 1
-        click.echo(f"TORCH internal {torch_internal.path} ({torch_internal.feature}): {reason}", err=True)
+        _say(f"TORCH internal {torch_internal.path} ({torch_internal.feature}): {reason}", err=True)
     if problems:
         sys.exit(1)
-    click.echo(
+    _say(
         f"every patch target, all {len(compat.INTERNALS)} transformers internals and all "
         f"{len(torch_compat.INTERNALS)} torch internals hfexport uses resolve"
     )
@@ -331,6 +359,16 @@ def _backends(_ctx: click.Context, _param: click.Parameter, value: str) -> list[
     return list(dict.fromkeys(names))
 
 
+def _health_thresholds(_ctx: click.Context, _param: click.Parameter, value: str) -> Thresholds:
+    from .gate.health import Thresholds
+
+    try:
+        return Thresholds.parse(value)
+    except ValueError as error:
+        _fail(f"--health-thresholds: {error}")
+        raise
+
+
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--base", help="Base revision (default: merge base of HEAD with the default branch).")
@@ -364,6 +402,20 @@ def _backends(_ctx: click.Context, _param: click.Parameter, value: str) -> list[
     help="Start no cell after this many minutes; cells run every model type on every backend first, the rest are "
     "reported 'not run (budget)'. For huge changes, split instead: --shard K/N in a matrix, then `hfexport merge`.",
 )
+@click.option(
+    "--health/--no-health",
+    default=True,
+    show_default=True,
+    help="Export health: run passing cells at base too and report programs whose nodes, bytes or latency grew.",
+)
+@click.option(
+    "--health-thresholds",
+    default="",
+    callback=_health_thresholds,
+    metavar="NAME=VALUE,...",
+    help="Report past: nodes=10 and bytes=10 (percent), latency=1.25 (ratio) beyond latency-floor-ms=0.05.",
+)
+@click.option("--fail-on-health", is_flag=True, help="Exit 1 on a health regression (default: a warning only).")
 def check(
     files: tuple[Path, ...],
     base: str | None,
@@ -382,6 +434,9 @@ def check(
     cache_dir: Path | None,
     no_cache: bool,
     budget: float | None,
+    health: bool,
+    health_thresholds: Thresholds,
+    fail_on_health: bool,
 ) -> None:
     """Export the model classes a change touched on every backend; exit 1 when one is newly broken.
 
@@ -395,7 +450,7 @@ def check(
       hfexport check --models llama,bert,vit --backends dynamo,onnx -j 2 --report-dir out
     """
     from .gate import views as gate_views
-    from .gate.cache import default_cache_dir
+    from .gate.cache import CacheError, default_cache_dir
     from .gate.run import CheckOptions, GateError, run_check, target_for
     from .github.event import pr_context
 
@@ -408,40 +463,51 @@ def check(
     options = CheckOptions(
         backends, jobs, timeout, memory_limit, engine, generation, shard, report_fixed, cache, budget
     )
+    options.export_health, options.health_thresholds, options.fail_on_health = health, health_thresholds, fail_on_health
     try:
         target = target_for(Path.cwd(), [str(f) for f in files], names, select_all, base, head)
         result = run_check(target, options, echo=_say, pr=pr_context(os.environ))
-    except GateError as error:
+    except (GateError, CacheError) as error:
         _fail(str(error))
-    with actions.verbatim(click.echo):
-        click.echo(gate_views.terminal_table(result))
+    actions.print_block(click.echo, gate_views.terminal_table(result))
     if actions.in_actions():
         for line in gate_views.github_annotations(result):
-            click.echo(line)
+            click.echo(line)  # workflow commands, every value escaped by actions.command
     if report_dir is not None:
-        written = gate_views.write_reports(result, report_dir)
-        click.echo(f"reports: {', '.join(str(p) for p in written.values())}")
-    sys.exit(result["exit_code"])
+        written = _write_reports(result, report_dir)
+        _say(f"reports: {', '.join(str(p) for p in written.values())}")
+    sys.exit(result.exit_code)
 
 
 @main.command()
 @click.argument("reports", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--report-dir", type=click.Path(path_type=Path), required=True, help="Where the merged reports go.")
-def merge(reports: tuple[Path, ...], report_dir: Path) -> None:
-    """Join the report.json of every shard (`check --shard K/N`) into one report; exit as `check` would."""
-    from .gate import report as gate_report
+@click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="Merge even when shards are missing: the report says which (never a pass) and the exit code is 2.",
+)
+def merge(reports: tuple[Path, ...], report_dir: Path, allow_partial: bool) -> None:
+    """Join the report.json of every shard (`check --shard K/N`) into one report; exit as `check` would.
+
+    The shards must be 1..N of one N, each once, from one run: one PR, base and head commit, engine, set of backends,
+    hfexport version and schema version. Anything else is refused (exit code 2).
+    """
     from .gate import schema as gate_schema
+    from .gate import shards as gate_shards
     from .gate import views as gate_views
 
     try:
         loaded = [gate_schema.load_report(path) for path in reports]
-        merged = gate_report.merge_reports(loaded)
+        merged = gate_shards.merge(loaded, allow_partial)
     except (ValueError, OSError) as error:
         _fail(str(error))
-    with actions.verbatim(click.echo):
-        click.echo(gate_views.terminal_table(merged))
-    gate_views.write_reports(merged, report_dir)
-    sys.exit(merged["exit_code"])
+    actions.print_block(click.echo, gate_views.terminal_table(merged))
+    note = gate_shards.incomplete_note(merged)
+    if note:
+        _say(note)
+    _write_reports(merged, report_dir)
+    sys.exit(merged.exit_code)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import traceback
 import tracemalloc
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,11 @@ from test_github_comment import commands_in
 from test_markdown import live_links
 
 from hfexport.cli import main
-from hfexport.gate.cells import CELL_KEYS, STATUSES
+from hfexport.gate.cache import ResultCache
+from hfexport.gate.cells import CELL_KEYS, STATUSES, Cell
 from hfexport.gate.markdown import MARKER, text_size
-from hfexport.gate.report import summarize
-from hfexport.gate.schema import MAX_REPORT_BYTES
+from hfexport.gate.report import Report, summarize
+from hfexport.gate.schema import MAX_REPORT_BYTES, validate_cell
 
 TOKEN = "ghs_fuzzT0ken0123456789"
 HEAD = "a" * 40
@@ -135,7 +138,7 @@ def reports(draw: st.DrawFn) -> dict[str, Any]:
         "selection": {"mode": "diff", "model_types": [], "representative": False, "reason": draw(hostile_text)},
         "shard": {"index": 1, "count": 1},
         "cells": drawn,
-        "summary": summarize(drawn),
+        "summary": summarize([Cell.from_dict(cell) for cell in drawn]),
         "exit_code": 1,
     }
     for _ in range(draw(st.integers(0, 2))):
@@ -174,13 +177,16 @@ def _env(github: FakeGitHub, directory: Path) -> dict[str, str]:
     }
 
 
-@settings(
+FUZZ_SETTINGS = settings(
     max_examples=int(os.environ.get("HFEXPORT_FUZZ_EXAMPLES", "200")),
     deadline=None,
     derandomize=True,  # the same examples every run: CI never goes red on a draw of its own
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
+
+
+@FUZZ_SETTINGS
 @given(report=reports())
 def test_any_report_is_posted_inert_or_refused_in_one_line(github, tmp_path_factory, report):
     text = _text(report)
@@ -246,7 +252,7 @@ def _bombs() -> dict[str, str]:
             "selection": {"mode": "diff", "model_types": [], "representative": False},
             "shard": {"index": 1, "count": 1},
             "cells": cells,
-            "summary": summarize(cells),
+            "summary": summarize([Cell.from_dict(c) for c in cells]),
             "exit_code": 1,
         }
         return json.dumps(data, separators=(",", ":"))
@@ -293,3 +299,148 @@ def test_reports_at_the_size_cap_stay_under_300_mb(github, tmp_path, kind):
     assert "Traceback" not in result.stderr and commands_in(result.stdout + result.stderr) == []
     assert len(lines) <= 1  # the one line of a refusal, or nothing
     assert peak < MEMORY_LIMIT, f"{kind}: {peak / 2**20:.0f} MB"
+
+
+# ── `hfexport merge` fed shard sets: missing, doubled, of mixed runs ──
+
+# A header field of one shard changed as a shard of another run would have it, by the name a refusal gives it.
+OTHER_RUN = {
+    "PR": lambda r: r["pr"].update(number=8),
+    "PR head": lambda r: r["pr"].update(head_sha="c" * 40),
+    "base commit": lambda r: r["repository"].update(base="c" * 40),
+    "head commit": lambda r: r["repository"].update(head="c" * 40),
+    "engine": lambda r: r.update(engine="transformers"),
+    "backends": lambda r: r.update(backends=["dynamo", "executorch"]),
+    "hfexport version": lambda r: r.update(hfexport_version="9.9.9"),
+}
+
+
+@st.composite
+def merge_cells(draw: st.DrawFn, shard: int) -> list[dict[str, Any]]:
+    """Valid cells on dynamo (every backends variant lists it), named apart from every other shard's."""
+    drawn = []
+    for n in range(draw(st.integers(0, 3))):
+        status = draw(st.sampled_from(["pass", "fail", "tool_error", "skipped"]))
+        cell = {"model_type": "t", "model_class": f"{draw(hostile_text)}#{shard}.{n}", "backend": "dynamo"}
+        cell |= {"status": status, "regression": draw(st.sampled_from(["new", "pre-existing", None]))}
+        if status in ("fail", "tool_error"):
+            cell |= {"error_type": "E", "error": "x" + draw(hostile_text)}
+        drawn.append(cell)
+    return drawn
+
+
+@st.composite
+def shard_sets(draw: st.DrawFn) -> tuple[int, list[int], list[set[str]], list[dict[str, Any]]]:
+    """N, the K of each report given, what of each report's header is another run's, and the reports."""
+    count = draw(st.integers(1, 5))
+    indices = draw(st.lists(st.integers(1, count), min_size=1, max_size=count + 1))
+    changed, shards = [], []
+    for position, index in enumerate(indices):
+        backends = draw(st.sampled_from([["dynamo", "onnx"], ["onnx", "dynamo"]]))  # one set, in either order
+        repository = {"root": None, "base": "b" * 40, "head": HEAD}
+        data = Report("hfexport", backends, {"mode": "all", "model_types": [], "representative": False}, repository,
+                      {"number": 7, "head_sha": HEAD}, {"index": index, "count": count})  # fmt: skip
+        data.cells = [Cell.from_dict(cell) for cell in draw(merge_cells(position))]
+        shard = data.finalize().as_dict()
+        other = draw(st.sets(st.sampled_from(sorted(OTHER_RUN)), max_size=2)) if draw(st.integers(0, 3)) == 0 else set()
+        for name in other:
+            OTHER_RUN[name](shard)
+        changed.append(other)
+        shards.append(shard)
+    return count, indices, changed, shards
+
+
+def _expected_exit(cells: list[dict[str, Any]]) -> int:
+    if any(c["status"] == "tool_error" for c in cells):
+        return 2
+    return int(any(c["status"] == "fail" and c["regression"] != "pre-existing" for c in cells))
+
+
+@FUZZ_SETTINGS
+@given(drawn=shard_sets(), allow_partial=st.booleans())
+def test_merge_takes_one_complete_run_or_says_why_not(tmp_path_factory, drawn, allow_partial):
+    count, indices, changed, shards = drawn
+    directory = tmp_path_factory.mktemp("merge")
+    paths = []
+    for position, shard in enumerate(shards):
+        paths.append(directory / f"{position}.json")
+        paths[-1].write_text(json.dumps(shard))
+    args = ["merge", *map(str, paths), "--report-dir", str(directory / "out")] + ["--allow-partial"] * allow_partial
+    result = CliRunner().invoke(main, args, env={"GITHUB_ACTIONS": "true"})
+    crash = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
+    assert isinstance(result.exception, SystemExit | None), crash
+    assert not [c for c in result.output if unicodedata.category(c) == "Cf"]
+    differing = [name for name in OTHER_RUN if len({name in other for other in changed}) > 1]
+    missing = sorted(set(range(1, count + 1)) - set(indices))
+    if differing or len(set(indices)) < len(indices) or (missing and not allow_partial):
+        (line,) = result.output.strip().splitlines()
+        assert result.exit_code == 2 and line.startswith("error: ") and commands_in(line) == []
+        if differing:
+            assert f"the {differing[0]} differs" in line
+        elif len(set(indices)) < len(indices):
+            assert "given twice" in line
+        else:
+            assert "missing" in line and "--allow-partial" in line
+        return
+    start, *inside, end = commands_in(result.output)  # the table between its markers: nothing a runner runs
+    assert start.startswith("::stop-commands::") and end == f"::{start.removeprefix('::stop-commands::')}::"
+    assert inside == [] or all(line in result.output.split(start)[1].split(end)[0] for line in inside)
+    merged = json.loads((directory / "out" / "report.json").read_text())
+    verdict = (directory / "out" / "report.md").read_text().split("\n\n")[1]
+    if missing:
+        assert result.exit_code == 2 and merged["incomplete"]["missing"] == missing
+        assert verdict.startswith("⚠️ **incomplete: ") and "✅" not in verdict
+    else:
+        assert result.exit_code == _expected_exit([c for s in shards for c in s["cells"]]), result.output
+        assert "incomplete" not in merged and "incomplete" not in verdict
+
+
+# ── Result-cache entries as a restored cache can hold them ──
+
+CACHE_JOB = {"model_class": "LlamaModel", "backend": "onnx"}
+
+
+@pytest.fixture(scope="module")
+def cache_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cache")
+    source = root / "site" / "transformers" / "modeling_llama.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("# model\n")
+    return root
+
+
+def _fresh_cache(root: Path) -> tuple[ResultCache, Path]:
+    """An empty cache holding one good entry for CACHE_JOB: the file to overwrite."""
+    directory = root / "entries"
+    shutil.rmtree(directory, ignore_errors=True)
+    cache = ResultCache(directory, {"python": "3"}, {"checkout": None, "site": root / "site"})
+    result = {
+        "status": "fail",
+        "error": "x",
+        "timings": {"total": 1.0},
+        "sources": ["site:transformers/modeling_llama.py"],
+    }
+    cache.put(CACHE_JOB, result)
+    (path,) = (directory / cache.key(CACHE_JOB)).glob("*.json")
+    return cache, path
+
+
+@FUZZ_SETTINGS
+@given(data=st.data())
+def test_any_cache_entry_is_used_valid_or_dropped(cache_root, data):
+    cache, path = _fresh_cache(cache_root)
+    entry = json.loads(path.read_text())
+    for _ in range(data.draw(st.integers(1, 3))):
+        where = data.draw(st.sampled_from(["entry", "result", "sources"]))
+        target = entry if where == "entry" else entry[where] if isinstance(entry.get(where), dict) else entry
+        key = data.draw(st.sampled_from([*sorted(target), "impact", *CELL_KEYS]))
+        target[key] = data.draw(json_value)
+    text = data.draw(st.just(json.dumps(entry)) | st.text(max_size=50) | st.just("[" * 5000 + "]" * 5000))
+    path.write_text(text)
+    result = cache.get(CACHE_JOB)  # never raises
+    if result is not None:
+        cell = {key: result.get(key) for key in CELL_KEYS} | {"model_type": "t", "model_class": "C", "backend": "onnx"}
+        cell |= {"timings": result.get("timings") or {}, "workarounds": result.get("workarounds") or []}
+        assert validate_cell(cell) == [] and result["status"] in ("pass", "fail", "not_checked")
+    cache.put(CACHE_JOB, {"status": "pass", "timings": {}, "sources": ["site:transformers/modeling_llama.py"]})
+    assert cache.get(CACHE_JOB) is not None  # whatever was there, the cell's new result is kept and found

@@ -18,16 +18,29 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..files import read_regular_file
+from .cells import CELL_KEYS
+from .schema import validate_cell
+
 CACHE_SCHEMA = 1
 CACHED_STATUSES = frozenset({"pass", "fail", "not_checked"})
 MAX_ENTRIES_PER_KEY = 8  # base and head of a few pushes; the oldest go first
+MAX_ENTRY_BYTES = 4 * 1024 * 1024  # one cell's result and its files' hashes: far above any real entry
+
+log = logging.getLogger(__name__)
+
+
+class CacheError(RuntimeError):
+    """The cache directory cannot be read or written, in one line (the CLI exits with code 2)."""
 
 
 def default_cache_dir() -> Path:
@@ -111,6 +124,10 @@ class ResultCache:
         self.environment = environment
         self.roots = roots
         self._hashes: dict[str, str | None] = {}
+        try:  # before any cell runs: a cache path that is a file, or not writable, stops the run at once
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise CacheError(f"cannot use {directory} as the result cache: {error.strerror or error}") from None
 
     def key(self, job: dict[str, Any]) -> str:
         fields = {"schema": CACHE_SCHEMA, "job": job, "environment": self.environment}
@@ -127,29 +144,44 @@ class ResultCache:
         return self._hashes[source]
 
     def get(self, job: dict[str, Any]) -> dict[str, Any] | None:
-        """The result of an entry whose every source file is unchanged, or None."""
-        folder = self.directory / self.key(job)
-        if not folder.is_dir():
-            return None
-        for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
-            try:
-                entry = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            sources = entry.get("sources") or {}
-            if sources and all(self._hash(source) == digest for source, digest in sources.items()):
+        """The result of an entry whose every source file is unchanged, or None. An entry this cache did not write
+        (restored corrupt, edited, of another schema) is removed, so its cell runs and a good entry replaces it."""
+        for path, entry in self._entries(job):
+            if all(self._hash(source) == digest for source, digest in entry["sources"].items()):
                 with contextlib.suppress(OSError):
-                    path.touch()  # recently used: the last to be evicted
+                    os.utime(path, follow_symlinks=False)  # recently used: the last to be evicted
                 return entry["result"]
         return None
 
     def last_seconds(self, job: dict[str, Any]) -> float | None:
         """How long the newest kept run of ``job`` took, whatever its files were then: an estimate of the next one."""
-        entries = sorted((self.directory / self.key(job)).glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for path in entries:
-            with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-                return float(json.loads(path.read_text())["result"]["timings"]["total"])
+        for _, entry in self._entries(job):
+            total = (entry["result"].get("timings") or {}).get("total")
+            if isinstance(total, int | float):
+                return float(total)
         return None
+
+    def _entries(self, job: dict[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
+        """The valid entries of ``job``'s key, newest first; each invalid one is logged and removed."""
+        folder = self.directory / self.key(job)
+        dated = []
+        for path in folder.glob("*.json"):
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile by a concurrent run's eviction
+                dated.append((path.lstat().st_mtime, path))
+        for _, path in sorted(dated, reverse=True):
+            try:
+                entry = json.loads(read_regular_file(path, MAX_ENTRY_BYTES))
+                problem = _problem(entry, job)
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, RecursionError) as error:
+                problem = f"unreadable ({type(error).__name__})"
+            if problem is None:
+                yield path, entry
+                continue
+            log.warning("result cache: removing a broken entry (%s): %s", problem, path)
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def put(self, job: dict[str, Any], result: dict[str, Any]) -> None:
         """Keep a deterministic result with the hashes of the files its job imported (``result["sources"]``)."""
@@ -162,11 +194,38 @@ class ResultCache:
         kept = {k: v for k, v in result.items() if k != "sources"}
         entry = {"schema": CACHE_SCHEMA, "job": job, "sources": hashes, "result": kept}
         folder = self.directory / self.key(job)
-        folder.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:32] + ".json"
-        # Written whole then renamed: a reader never sees half an entry, concurrent writers never mix.
-        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
-            json.dump(entry, handle)
-        os.replace(handle.name, folder / name)
-        for stale in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)[MAX_ENTRIES_PER_KEY:]:
-            stale.unlink(missing_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            # Written whole then renamed: a reader never sees half an entry, concurrent writers never mix.
+            with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
+                json.dump(entry, handle)
+            os.replace(handle.name, folder / name)
+            kept = sorted(folder.glob("*.json"), key=lambda p: p.lstat().st_mtime, reverse=True)
+        except OSError as error:
+            raise CacheError(f"cannot write the result cache at {self.directory}: {error.strerror or error}") from None
+        for stale in kept[MAX_ENTRIES_PER_KEY:]:
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+
+def _problem(entry: Any, job: dict[str, Any]) -> str | None:
+    """Why ``entry`` is not one ``put`` wrote for ``job``, or None. Its result must be a cell of the report schema
+    (as the report will hold it); keys outside the schema (an ``impact`` record) are left to their readers."""
+    if not isinstance(entry, dict) or entry.get("schema") != CACHE_SCHEMA or entry.get("job") != job:
+        return "not an entry of this schema for this cell"
+    sources = entry.get("sources")
+    if not isinstance(sources, dict) or not sources or not all(isinstance(v, str) for v in sources.values()):
+        return "no hashes of the files it read"
+    result = entry.get("result")
+    if not isinstance(result, dict) or result.get("status") not in CACHED_STATUSES:
+        return "no result to keep"
+    cell = {key: result.get(key) for key in CELL_KEYS} | {
+        "model_type": "",
+        "model_class": str(job.get("model_class")),
+        "backend": str(job.get("backend")),
+        "timings": result.get("timings") or {},
+        "workarounds": result.get("workarounds") or [],
+    }
+    errors = validate_cell(cell)
+    return f"result {errors[0]}" if errors else None

@@ -15,8 +15,11 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from . import health
 from .causes import Cause, group, hint
 from .cells import NOT_A_RESULT, Cell, disabled_features
+from .report import Report
+from .shards import incomplete_note
 
 MARKER = "<!-- hfexport-report -->"
 TITLE = "### hfexport export report"
@@ -30,7 +33,6 @@ _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "|": "&#124;
 # "//" (plain URLs are autolinked, even after a backslash), and between "www" and "." (so are www. addresses).
 _AUTOLINK = re.compile(r"(?<=[@#])(?=\w)|(?i:(?<=\bGH-)(?=\d))|(?<=:)(?=//)|(?i:(?<=\bwww)(?=\.))")
 _SAFE_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")
-_BIDI_CONTROLS = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def text_size(text: str) -> int:
@@ -39,9 +41,12 @@ def text_size(text: str) -> int:
 
 
 def _plain(value: Any, limit: int) -> str:
-    """One line of untrusted text: control and bidi characters removed, cut to ``limit`` characters."""
+    """One line of untrusted text cut to ``limit`` characters: control characters made spaces, format characters
+    (Cf: bidi controls, zero-width and invisible characters, tags) dropped, as no reader sees them. The escapers'
+    zero-width spaces are inserted after this."""
     text = ("" if value is None else str(value))[: 8 * limit + 1000]  # more than remains after collapsing spaces
-    chars = (" " if unicodedata.category(c) == "Cc" else c for c in text if c not in _BIDI_CONTROLS)
+    kinds = ((c, unicodedata.category(c)) for c in text)
+    chars = (" " if kind == "Cc" else c for c, kind in kinds if kind != "Cf")
     text = " ".join("".join(chars).split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
@@ -90,8 +95,7 @@ def _icon(cell: Cell) -> str:
 
 
 def _generation_note(cell: Cell) -> str:
-    generation = cell.generation
-    if isinstance(generation, dict) and generation.get("status") == "fail":
+    if cell.generation and cell.generation.status == "fail":
         return " · generation ❌"
     return ""
 
@@ -109,8 +113,8 @@ def render_cell(cell: Cell) -> str:
     return f"{icon}{fixed} {_diff(cell.max_abs_diff)}{_generation_note(cell)}"
 
 
-def _counts(report: dict[str, Any]) -> dict[str, int]:
-    summary = report.get("summary") if isinstance(report.get("summary"), dict) else {}
+def _counts(report: Report) -> dict[str, int]:
+    summary = report.summary
     keys = (
         "total",
         "passed",
@@ -126,7 +130,7 @@ def _counts(report: dict[str, Any]) -> dict[str, int]:
     return {key: int(summary.get(key) or 0) for key in keys}
 
 
-def summary_line(report: dict[str, Any]) -> str:
+def summary_line(report: Report) -> str:
     """The verdict first, then the counts, then what was checked."""
     n = _counts(report)
     if n["tool_errors"]:
@@ -144,27 +148,28 @@ def summary_line(report: dict[str, Any]) -> str:
         verdict = f"✅ **no new export failures** ({n['pre_existing']} pre-existing)"
     else:
         verdict = "✅ **every export passed**"
+    if note := incomplete_note(report):  # the missing shards' cells are unknown: never a pass
+        verdict = f"⚠️ **{note}**" + ("" if verdict.startswith("✅") else f" · {verdict}")
     counts = (
         f"{n['total']} checks: {n['passed']} passed, {n['failed']} failed "
         f"({n['new_failures']} new, {n['pre_existing']} pre-existing), {n['fixed']} fixed, {n['skipped']} skipped, "
         f"{n['tool_errors']} tool errors, {n['not_checked']} not checked"
     ) + (f", {n['not_run']} not run (budget)" if n["not_run"] else "")
-    backends = ", ".join(escape_inline(b, 30) for b in report.get("backends") or [])
-    selection = report.get("selection") if isinstance(report.get("selection"), dict) else {}
+    backends = ", ".join(escape_inline(b, 30) for b in report.backends)
     parts = [verdict, counts, f"backends: {backends}"]
-    if selection.get("reason"):
-        parts.append(f"selected: {escape_inline(selection['reason'], 200)}")
-    head = (report.get("pr") or {}).get("head_sha") or (report.get("repository") or {}).get("head")
+    if report.selection.get("reason"):
+        parts.append(f"selected: {escape_inline(report.selection['reason'], 200)}")
+    head = report.head_sha
     if head:
         parts.append(f"head {escape_inline(str(head)[:10])}")
     return " · ".join(parts)
 
 
-def _rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, dict[str, Cell]]]]:
+def _rows(report: Report) -> tuple[list[str], list[tuple[str, dict[str, Cell]]]]:
     """Backends (columns) and, per model class, its cells by backend; rows with new failures first."""
-    backends = dict.fromkeys(str(b) for b in report.get("backends") or [])  # ordered, and a set for lookups
+    backends = dict.fromkeys(report.backends)  # ordered, and a set for lookups
     by_class: dict[str, dict[str, Cell]] = {}
-    for cell in map(Cell.from_dict, report.get("cells") or []):
+    for cell in report.cells:
         backends.setdefault(cell.backend)
         by_class.setdefault(cell.model_class, {})[cell.backend] = cell
 
@@ -217,14 +222,13 @@ def _cause_details(cause: Cause) -> str:
     if cell.regression:
         items.append(f"- regression: {escape_inline(cell.regression, 20)}")
     source = cell.source
-    if isinstance(source, dict) and source.get("file"):
-        line = f":{source['line']}" if isinstance(source.get("line"), int) else ""
-        items.append(f"- source: {escape_inline(str(source['file']) + line, 300)}")
+    if source and source.file:
+        line = f":{source.line}" if source.line is not None else ""
+        items.append(f"- source: {escape_inline(source.file + line, 300)}")
     if cell.workarounds:
         items.append(f"- workarounds applied: {escape_inline(', '.join(map(str, cell.workarounds)), 1000)}")
-    generation = cell.generation
-    if isinstance(generation, dict) and generation.get("detail"):
-        items.append(f"- generation: {escape_inline(generation.get('detail'), 1000)}")
+    if cell.generation and cell.generation.detail:
+        items.append(f"- generation: {escape_inline(cell.generation.detail, 1000)}")
     items += _frame_items(cell)
     if count > 1:
         items.append(f"- breaks {count} checks: {escape_inline(cause.broken, 1500)}")
@@ -235,24 +239,24 @@ def _frame_items(cell: Cell) -> list[str]:
     """Where it broke (hfexport's frame for a tool error), and the transformers internals this checkout lacks."""
     items = []
     frame = cell.frame
-    if isinstance(frame, dict) and frame.get("file"):
+    if frame and frame.file:
         owner = "hfexport code" if cell.status == "tool_error" else "where"
-        line = f":{frame['line']}" if isinstance(frame.get("line"), int) else ""
-        where = f"{frame['file']}{line} in {frame.get('function') or '?'}"
-        if frame.get("workaround"):
-            where += f" (workaround {frame['workaround']})"
+        line = f":{frame.line}" if frame.line is not None else ""
+        where = f"{frame.file}{line} in {frame.function or '?'}"
+        if frame.workaround:
+            where += f" (workaround {frame.workaround})"
         items.append(f"- {owner}: {escape_inline(where, 300)}")
-        if frame.get("text"):
-            items.append(f"- line: {escape_inline(frame['text'], 300)}")
+        if frame.text:
+            items.append(f"- line: {escape_inline(frame.text, 300)}")
     disabled = cell.disabled
-    if isinstance(disabled, dict) and disabled:
+    if disabled:
         names = ", ".join(f"{name} ({feature})" for name, feature in disabled.items())
         items.append(f"- off in this transformers: {escape_inline(names, 1000)}")
     return items
 
 
-def _disabled_note(report: dict[str, Any]) -> str:
-    disabled = disabled_features(report)
+def _disabled_note(report: Report) -> str:
+    disabled = disabled_features(report.cells)
     if not disabled:
         return ""
     names = "; ".join(f"{name}: {feature}" for name, feature in disabled.items())
@@ -302,9 +306,9 @@ def _timing_details(cells: list[Cell], backends: list[str]) -> str | None:
     return f"{summary}\n\n{header}|\n" + "\n".join(rows) + "\n\n</details>"
 
 
-def _footer(report: dict[str, Any]) -> str:
-    version = escape_inline(report.get("hfexport_version") or "unknown", 30)
-    return f"<sub>hfexport {version} · schema {escape_inline(report.get('schema_version'), 5)}</sub>"
+def _footer(report: Report) -> str:
+    version = escape_inline(report.hfexport_version or "unknown", 30)
+    return f"<sub>hfexport {version} · schema {escape_inline(report.schema_version, 5)}</sub>"
 
 
 def _omitted_note(sections: int, rows: int, details_url: str | None) -> str:
@@ -319,7 +323,7 @@ def _omitted_note(sections: int, rows: int, details_url: str | None) -> str:
     return f"_{' and '.join(left_out)} left out to stay under GitHub's size limit; {where}._"
 
 
-def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url: str | None = None) -> str:
+def render_markdown(report: Report, max_chars: int = 65000, details_url: str | None = None) -> str:
     """The whole markdown report, at most ``max_chars`` (UTF-16 units), starting with :data:`MARKER`."""
     if max_chars < MIN_CHARS:
         raise ValueError(f"max_chars must be at least {MIN_CHARS}, got {max_chars}")
@@ -338,7 +342,7 @@ def render_markdown(report: dict[str, Any], max_chars: int = 65000, details_url:
     if every_row and timing and len(sections) == len(causes) + bool(passing):
         sections.append(timing)
     top = f"{MARKER}\n{TITLE}\n\n{summary_line(report)}\n\n{_disabled_note(report)}{_header(backends)}"
-    footer = _footer(report)
+    footer = "\n\n".join(filter(None, [health.section(report.cells, escape_inline), _footer(report)]))
 
     def note_for(rows_kept: int, sections_kept: int) -> str:
         left_out = (section_count - sections_kept, len(rows) - rows_kept)

@@ -1,5 +1,6 @@
 """The report's schema, checked: ``validate_report`` (every departure from a version's schema and its limits) and
-``load_report`` (a report file someone else wrote, refused in one line unless it is small, shallow and valid)."""
+``load_report`` (a report file someone else wrote, refused in one line unless it is small, shallow and valid, then
+typed once into a ``Report``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .cells import CELL_KEY_SINCE, CELL_KEYS, FAILURE_STATUSES, NOT_A_RESULT, STATUSES
-from .report import REPORT_SCHEMA, summarize
+from ..files import read_regular_file
+from .cells import CELL_KEY_SINCE, CELL_KEYS, FAILURE_STATUSES, NOT_A_RESULT, STATUSES, Cell
+from .report import REPORT_SCHEMA, Report, summarize
 
-# Older reports (1: no tool_error / not_checked, no frame / disabled; 2: no second_shape / cached / not_run)
-# are still read.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# Older reports (1: no tool_error / not_checked, no frame / disabled; 2: no second_shape / cached / not_run;
+# 3: no export health) are still read.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 REGRESSIONS = ("new", "pre-existing", "fixed", None)
 SELECTION_MODES = ("diff", "files", "models", "all")
 
@@ -137,11 +139,36 @@ def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> No
         _check_type(errors, f"{where}.second_shape.max_abs_diff", second.get("max_abs_diff"), (int, float), True)
         _check_text(errors, f"{where}.second_shape.detail", second.get("detail"), nullable=True)
     _check_type(errors, f"{where}.cached", cell.get("cached"), (bool,), nullable=True)
+    _validate_health(errors, where, cell)
     if _check_type(errors, f"{where}.disabled", cell.get("disabled"), (dict,), nullable=True) and cell.get("disabled"):
         for name, feature in cell["disabled"].items():
             _check_text(errors, f"{where}.disabled[{_shown(name)}]", feature)
     if cell["status"] in STATUSES and cell["status"] in FAILURE_STATUSES | NOT_A_RESULT and not cell["error"]:
         errors.append(f"{where}: a {cell['status']} cell needs an error")
+
+
+def _validate_health(errors: list[str], where: str, cell: dict[str, Any]) -> None:
+    """Export health's shape; its numbers are not checked here: ``health.usable`` leaves bad ones out, saying so."""
+    for key in ("metrics", "base_metrics"):
+        if _check_type(errors, f"{where}.{key}", cell.get(key), (dict,), nullable=True) and cell.get(key):
+            _check_type(errors, f"{where}.{key}.ops", cell[key].get("ops"), (dict,), nullable=True)
+    found = cell.get("health")
+    if not (_check_type(errors, f"{where}.health", found, (dict,), nullable=True) and found):
+        return
+    for key in ("regressions", "improvements"):
+        if _check_type(errors, f"{where}.health.{key}", found.get(key), (list,), nullable=True):
+            for index, text in enumerate(found.get(key) or []):
+                _check_text(errors, f"{where}.health.{key}[{index}]", text, MAX_NAME)
+    _check_type(errors, f"{where}.health.latency", found.get("latency"), (dict,), nullable=True)
+    _check_text(errors, f"{where}.health.note", found.get("note"), nullable=True)
+
+
+def validate_cell(cell: Any) -> list[str]:
+    """Every way one cell's JSON form departs from the current schema and its limits (a result-cache entry's)."""
+    errors = _check_limits(cell)
+    if not errors:
+        _validate_cell(errors, "cell", cell, READABLE_SCHEMA_VERSIONS[-1])
+    return errors
 
 
 def _validate_cells(errors: list[str], data: dict[str, Any], version: int) -> None:
@@ -179,8 +206,20 @@ def _validate_commits(errors: list[str], data: dict[str, Any]) -> None:
         errors.append(f"pr.number: expected a positive integer, got {_shown(number)}")
 
 
+def _validate_incomplete(errors: list[str], incomplete: Any) -> None:
+    """A merge's missing shards (``hfexport merge --allow-partial``): ``{"shards": N, "missing": [K, ...]}``."""
+    if incomplete is None or not _check_type(errors, "incomplete", incomplete, (dict,)):
+        return
+    count, missing = incomplete.get("shards"), incomplete.get("missing")
+    valid = isinstance(count, int) and not isinstance(count, bool) and 1 < count <= MAX_CELLS
+    if not (valid and isinstance(missing, list) and missing):
+        errors.append("incomplete: expected the shard count N and a list of the missing shards")
+    elif not all(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= count for k in missing):
+        errors.append(f"incomplete.missing: expected shard numbers from 1 to {count}")
+
+
 def validate_report(data: Any) -> list[str]:
-    """Every way ``data`` departs from its schema version (1 to 3) and its limits; an empty list means valid."""
+    """Every way ``data`` departs from its schema version (1 to 4) and its limits; an empty list means valid."""
     errors: list[str] = []
     if not _check_type(errors, "report", data, (dict,)):
         return errors
@@ -218,14 +257,17 @@ def validate_report(data: Any) -> list[str]:
         index, count = shard.get("index"), shard.get("count")
         if not (isinstance(index, int) and isinstance(count, int) and 1 <= index <= count <= MAX_CELLS):
             errors.append(f"shard: expected 1 <= index <= count, got {_shown(index)}/{_shown(count)}")
+    _validate_incomplete(errors, data.get("incomplete"))
     _validate_cells(errors, data, version)
     summary, cells = data.get("summary"), data.get("cells")
     if isinstance(summary, dict) and isinstance(cells, list) and not errors:
-        expected = summarize(cells)
+        expected = summarize([Cell.from_dict(cell) for cell in cells])
         if version == 1:
             expected = {k: v for k, v in expected.items() if k not in ("tool_errors", "not_checked")}
         if version < 3 and "not_run" not in summary:
             expected.pop("not_run")  # written before the status existed (a report lifted since may carry a 0)
+        if version < 4:
+            expected = {k: v for k, v in expected.items() if not k.startswith("health_")}
         if summary != expected:
             errors.append(f"summary: {str(summary)[:300]} does not match the cells ({expected})")
     if data.get("exit_code") not in (0, 1, 2) or isinstance(data.get("exit_code"), bool):
@@ -237,18 +279,17 @@ class ReportError(ValueError):
     """Why a report file cannot be used, in one line (the CLI exits with code 2)."""
 
 
-def load_report(path: Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str, Any]:
-    """Read and validate a JSON report (``report.json`` or the directory holding it), refusing oversized input.
+def load_report(path: Path, max_bytes: int = MAX_REPORT_BYTES) -> Report:
+    """Read, validate and type a JSON report (``report.json`` or the directory holding it), refusing oversized input.
 
     ``merge`` and ``comment`` read reports written by other runs (``comment``: by untrusted pull-request code), so
     nothing is trusted before the size cap, the count of objects and arrays, and the schema have passed.
     """
     path = path / "report.json" if path.is_dir() else path
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(max_bytes + 1)
+        raw = read_regular_file(path, max_bytes)  # never through a link: a link to a secret would echo it
     except OSError as error:
-        raise ReportError(f"cannot read the report: {error}") from None
+        raise ReportError(f"cannot read the report {path}: {error.strerror or error}") from None
     if len(raw) > max_bytes:
         raise ReportError(f"{path} is over {max_bytes} bytes: refusing to read it")
     # Counted in the bytes (strings included, so never fewer than there are): bounds what parsing can allocate.
@@ -264,7 +305,7 @@ def load_report(path: Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str, Any]
     if errors:
         shown = "; ".join(errors[:5]) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else "")
         raise ReportError(f"{path} is not a valid hfexport report: {shown}")
-    return data
+    return Report.from_dict(data)
 
 
 def _no_constant(name: str) -> Any:

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import actions
-from .causes import group, hint
+from . import health
+from .causes import Cause, group, hint
 from .cells import Cell, disabled_features
+from .report import Report
 
 
 def _json_safe(value: Any) -> Any:
@@ -26,8 +28,8 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(_json_safe(report), indent=2, sort_keys=False) + "\n"
+def to_json(report: Report) -> str:
+    return json.dumps(_json_safe(report.as_dict()), indent=2, sort_keys=False) + "\n"
 
 
 def progress_line(done: int, total: int, cell: Cell) -> str:
@@ -35,10 +37,9 @@ def progress_line(done: int, total: int, cell: Cell) -> str:
     return f"[{done}/{total}] {cell.model_class} · {cell.backend}: {cell.label()}{took}"
 
 
-def terminal_table(report: dict[str, Any]) -> str:
+def terminal_table(report: Report) -> str:
     """Rows = model classes, columns = backends, then one line per failure with its stage and error."""
-    backends = report["backends"]
-    cells = [Cell.from_dict(c) for c in report["cells"]]
+    backends, cells = report.backends, report.cells
     rows: dict[str, dict[str, Cell]] = {}
     for cell in cells:
         rows.setdefault(cell.model_class, {})[cell.backend] = cell
@@ -58,10 +59,10 @@ def terminal_table(report: dict[str, Any]) -> str:
     for cell in cells:
         if cell.status == "skipped":
             lines.append(f"  {cell.model_class} · {cell.backend}: {cell.label()}")
-    lines.append(summary_counts(report["summary"]))
-    for name, feature in disabled_features(report).items():
+    lines.append(summary_counts(report.summary))
+    for name, feature in disabled_features(cells).items():
         lines.append(f"off in this transformers (no {name}): {feature}")
-    if report["summary"].get("tool_errors"):
+    if report.summary.get("tool_errors"):
         lines.append("hfexport itself failed (tool errors above): these cells say nothing about the models")
     return "\n".join(lines)
 
@@ -75,11 +76,11 @@ def summary_counts(summary: dict[str, int]) -> str:
     ) + (f", {summary['not_run']} not run (budget)" if summary.get("not_run") else "")
 
 
-def junit_xml(report: dict[str, Any]) -> str:
+def junit_xml(report: Report) -> str:
     """One testsuite per backend, one testcase per model class; pre-existing failures and skips are skipped."""
     root = ET.Element("testsuites", name="hfexport")
-    for backend in report["backends"]:
-        cells = [Cell.from_dict(c) for c in report["cells"] if c["backend"] == backend]
+    for backend in report.backends:
+        cells = [c for c in report.cells if c.backend == backend]
         suite = ET.SubElement(
             root,
             "testsuite",
@@ -116,38 +117,61 @@ def junit_xml(report: dict[str, Any]) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def github_annotations(report: dict[str, Any]) -> list[str]:
-    """``::error`` per cause of new failures (on the line that broke) and per tool error; ``::notice`` per class not
-    checked. A line that breaks several classes or backends gets one annotation naming them all."""
-    lines = []
-    cells = [Cell.from_dict(c) for c in report["cells"]]
-    for cell in cells:
-        if cell.status == "not_checked":
-            title = f"{cell.model_class} not checked on {cell.backend}"
-            lines.append(actions.command("notice", cell.label(), title=title))
-        elif cell.status == "tool_error":
-            title = f"hfexport failed checking {cell.model_class} on {cell.backend}"
-            lines.append(actions.command("error", cell.label(), title=title))
+# GitHub shows about 10 error annotations of a step; the comment and the job summary list every one.
+ANNOTATIONS_PER_KIND = 10
+
+
+def github_annotations(report: Report) -> list[str]:
+    """``::error`` per cause of new failures (on the line that broke), then per tool error; ``::notice`` per class not
+    checked and for cells not run; ``::warning`` per program that grew. A line that breaks several classes or
+    backends gets one annotation naming them all. At most ``ANNOTATIONS_PER_KIND`` of each kind, then one
+    ``::notice`` that counts the rest."""
+    cells = report.cells
+    kinds = {
+        "new failures": [_failure_annotation(cause) for cause in group([c for c in cells if c.new_failure])],
+        "tool errors": [
+            actions.command("error", c.label(), title=f"hfexport failed checking {c.model_class} on {c.backend}")
+            for c in cells
+            if c.status == "tool_error"
+        ],
+        "classes not checked": [
+            actions.command("notice", c.label(), title=f"{c.model_class} not checked on {c.backend}")
+            for c in cells
+            if c.status == "not_checked"
+        ],
+        "health warnings": health.annotations(cells),  # a program that grew
+    }
     not_run = [c for c in cells if c.status == "not_run"]
     if not_run:
         title = f"{len(not_run)} checks not run within the time budget"
-        lines.append(actions.command("notice", hint(not_run[0]) or "", title=title))
-    for cause in group([c for c in cells if c.new_failure]):
-        cell = cause.cell
-        # The line that broke when the trace reached the checkout's code, else the model class's line.
-        source = cell.model_location or cell.source or {}
-        count = len(cause.cells)
-        title = f"{cell.model_class} does not export to {cell.backend}"
-        if count > 1:
-            title = f"{count} checks break here: {cause.broken}"[:300]
-        message = cell.label() + (f"\nWhat to do: {advice}" if (advice := hint(cell)) else "")
-        file = source.get("file") or None
-        line = (source.get("line") or None) if file else None
-        lines.append(actions.command("error", message, file=file, line=line, title=title))
+        kinds["not run"] = [actions.command("notice", hint(not_run[0]) or "", title=title)]
+    lines, left_out = [], []
+    for kind, shown in kinds.items():
+        lines += shown[:ANNOTATIONS_PER_KIND]
+        if len(shown) > ANNOTATIONS_PER_KIND:
+            left_out.append(f"{len(shown) - ANNOTATIONS_PER_KIND} {kind}")
+    if left_out:
+        message = f"{', '.join(left_out)}: the PR comment and the job summary list every one"
+        lines.append(actions.command("notice", message, title="more annotations than shown here"))
     return lines
 
 
-def write_reports(report: dict[str, Any], report_dir: Path, details_url: str | None = None) -> dict[str, Path]:
+def _failure_annotation(cause: Cause) -> str:
+    """The ``::error`` of one cause of new failures, on the line that broke when the trace reached the checkout's
+    code, else on the model class's line."""
+    cell = cause.cell
+    source = cell.model_location or cell.source
+    count = len(cause.cells)
+    title = f"{cell.model_class} does not export to {cell.backend}"
+    if count > 1:
+        title = f"{count} checks break here: {cause.broken}"[:300]
+    message = cell.label() + (f"\nWhat to do: {advice}" if (advice := hint(cell)) else "")
+    file = (source and source.file) or None
+    line = (source.line or None) if source and file else None
+    return actions.command("error", message, file=file, line=line, title=title)
+
+
+def write_reports(report: Report, report_dir: Path, details_url: str | None = None) -> dict[str, Path]:
     """report.json, report.md, junit.xml (and the job summary when ``$GITHUB_STEP_SUMMARY`` is set)."""
     from .markdown import render_markdown
 

@@ -7,14 +7,17 @@ commit match what the GitHub API (and, when there is one, the trusted triggering
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import random
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..gate.markdown import MARKER, render_markdown
+from ..gate.report import Report
 from ..gate.schema import SHA
 from .event import EventError, event_pr, read_event
 
@@ -81,7 +84,7 @@ def resolve_target(
         raise CommentError("the head commit to check the report against (--head-sha or the event's) is not a SHA")
     return Target(
         repository=repository,
-        api_url=(api_url or environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
+        api_url=checked_api_url(api_url or environ.get("GITHUB_API_URL") or DEFAULT_API_URL),
         token=token,
         pr_number=pr_number or _as_int(event_number),
         expected_head_sha=expected,
@@ -91,6 +94,34 @@ def resolve_target(
 
 def _as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def checked_api_url(url: str) -> str:
+    """The API root the token is sent to: https, or plain http to a loopback address only (a local test server),
+    where nothing on the network can read the token."""
+    try:
+        parsed = urllib.parse.urlsplit(url.strip())
+        host = parsed.hostname or ""
+    except ValueError:  # an unclosed IPv6 bracket
+        raise CommentError("the API URL (--api-url or GITHUB_API_URL) is not a URL") from None
+    if parsed.scheme == "https" and host:
+        return url.strip().rstrip("/")
+    if parsed.scheme == "http" and _is_loopback(host):
+        return url.strip().rstrip("/")
+    shown = f"{parsed.scheme}://{host}" if parsed.scheme else "a URL without a scheme"
+    raise CommentError(
+        f"not sending the token to {shown}: the API URL (--api-url or GITHUB_API_URL) must be https "
+        "(plain http only to a loopback address)"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def checked_token(token: str | None) -> str:
@@ -188,8 +219,8 @@ def _explain(error: Exception, token: str, doing: str) -> CommentError:
     return CommentError(redact(f"GitHub unreachable while {doing}: {type(error).__name__}: {error}", token))
 
 
-def _report_pr(report: dict[str, Any]) -> tuple[int | None, str | None]:
-    pr = report.get("pr") if isinstance(report.get("pr"), dict) else {}
+def _report_pr(report: Report) -> tuple[int | None, str | None]:
+    pr = report.pr or {}
     return _as_int(pr.get("number")), pr.get("head_sha") if isinstance(pr.get("head_sha"), str) else None
 
 
@@ -263,7 +294,7 @@ def _ambiguous(error: Exception) -> bool:
 
 
 def post_report(
-    report: dict[str, Any],
+    report: Report,
     target: Target,
     *,
     author: str | None = None,
