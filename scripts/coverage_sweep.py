@@ -151,12 +151,13 @@ def run_sweep(
         echo(f"── {ENGINE_TITLES[engine]} · {','.join(backends)} · {label} · shard {shard[0]}/{shard[1]}")
         started = time.time()
         result = run_check(Target(selection, checkout=None), options, echo=echo)
-        result["sweep"] = {"set": label, "seconds": round(time.time() - started, 1), "argv": sys.argv[1:]}
+        result.extra["sweep"] = {"set": label, "seconds": round(time.time() - started, 1), "argv": sys.argv[1:]}
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = results / f"{stamp}-{engine}-{'_'.join(backends)}-{label}-{shard[0]}of{shard[1]}.json"
         path.write_text(views.to_json(result))
         written.append(path)
-        echo(f"   {result['summary']['passed']}/{result['summary']['total']} passed in {result['sweep']['seconds']} s")
+        seconds = result.extra["sweep"]["seconds"]
+        echo(f"   {result.summary['passed']}/{result.summary['total']} passed in {seconds} s")
     return written
 
 

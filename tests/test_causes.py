@@ -8,9 +8,9 @@ no-translation failures from real edits of a checkout; the errors below were rec
 from __future__ import annotations
 
 from hfexport.gate.causes import group, hint
-from hfexport.gate.cells import Cell
+from hfexport.gate.cells import Cell, Frame
 
-LINE = {"file": "src/transformers/models/llama/modeling_llama.py", "line": 63, "function": "forward", "text": "if x:"}
+LINE = Frame("src/transformers/models/llama/modeling_llama.py", 63, "forward", "if x:")
 
 
 def failed(model_class: str, backend: str, error_type: str, error: str, **fields) -> Cell:
@@ -32,7 +32,7 @@ def test_one_line_breaking_classes_and_backends_is_one_cause_listing_them() -> N
     causes = group(cells)
     assert [len(c.cells) for c in causes] == [3, 1]
     assert causes[0].broken == "LlamaForCausalLM · dynamo, onnx; LlamaModel · dynamo"
-    assert causes[0].where == f"{LINE['file']}:63"
+    assert causes[0].where == f"{LINE.file}:63"
 
 
 def test_tool_errors_and_unbuilt_classes_are_not_grouped_with_model_failures() -> None:
@@ -57,7 +57,7 @@ def test_hint_for_a_data_dependent_guard_names_the_expression_and_the_fixes() ->
     assert text.startswith("data-dependent") and "`u0 > 1`" in text
     assert "torch._check" in text and "torch.cond" in text and "torch.where" in text
     located = failed("A", "dynamo", "GuardOnDataDependentSymNode", "data-dependent expression Eq(u0, 1)", frame=LINE)
-    assert f"at {LINE['file']}:63" in hint(located)
+    assert f"at {LINE.file}:63" in hint(located)
 
 
 def test_hint_for_a_specialized_dimension_names_input_dim_and_sizes() -> None:

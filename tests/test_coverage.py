@@ -18,6 +18,7 @@ import torch.utils._pytree as pytree
 from support import load_script
 
 from hfexport.gate import report, schema, views
+from hfexport.gate.cells import Cell
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,14 +78,12 @@ def test_render_reports_both_engines_and_the_builder_list(tmp_path: Path) -> Non
     results.mkdir()
     for stamp, engine, status in (("20260101T000000", "hfexport", "pass"), ("20260101T000001", "transformers", "fail")):
         data = report.new_report(engine, ["onnx"], {"mode": "models"}, {}, (1, 1), None)
-        data["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "llama"]}
-        passed = report.new_cell("llama", "LlamaForCausalLM", "onnx", status=status, timings={"export": 2.0})
-        passed.update(max_abs_diff=1e-6 if status == "pass" else None, stage=None if status == "pass" else "onnx · x")
-        broken = report.new_cell(
-            "foo", "FooModel", "onnx", status="error", stage="build", error_type="ValueError", error="no"
-        )
-        data["cells"] = [passed, broken]
-        (results / f"{stamp}-{engine}.json").write_text(views.to_json(report.finalize(data)))
+        data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "llama"]}
+        passed = Cell("llama", "LlamaForCausalLM", "onnx", status=status, timings={"export": 2.0})
+        passed.max_abs_diff, passed.stage = (1e-6, None) if status == "pass" else (None, "onnx · x")
+        broken = Cell("foo", "FooModel", "onnx", status="error", stage="build", error_type="ValueError", error="no")
+        data.cells = [passed, broken]
+        (results / f"{stamp}-{engine}.json").write_text(views.to_json(data.finalize()))
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "| onnx | 1 | **1** | **0** | 0 | 1 | 0 |" in text
     assert "| llama | LlamaForCausalLM | pass | fail" in text
@@ -100,10 +99,10 @@ def test_a_class_the_builder_makes_since_leaves_the_builder_list_and_counts_for_
     runs = (("transformers", "2026-01-01T00:00:00Z", "error"), ("hfexport", "2026-01-02T00:00:00Z", "pass"))
     for engine, stamp, status in runs:
         data = report.new_report(engine, ["onnx"], {"mode": "models"}, {}, (1, 1), None)
-        data["created_at"] = stamp
-        data["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "foo"]}
+        data.created_at = stamp
+        data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "foo"]}
         built = {} if status == "pass" else {"stage": "build", "error_type": "ValueError", "error": "no"}
-        data["cells"] = [report.new_cell("foo", "FooModel", "onnx", status=status, timings={"export": 1.0}, **built)]
+        data.cells = [Cell("foo", "FooModel", "onnx", status=status, timings={"export": 1.0}, **built)]
         (results / f"{stamp.replace('-', '').replace(':', '')}-{engine}.json").write_text(views.to_json(data))
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "0 swept classes could not be built" in text and "`build: ValueError: no`" not in text
@@ -119,10 +118,10 @@ def test_cells_run_since_the_second_shape_are_counted_apart(tmp_path: Path) -> N
     results.mkdir()
     for stamp, status in (("2026-11-30T00:00:00Z", "pass"), ("2026-12-02T00:00:00Z", "fail")):
         data = report.new_report("hfexport", ["onnx"], {"mode": "models"}, {}, (1, 1), None)
-        data["created_at"] = stamp
-        data["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "foo"]}
+        data.created_at = stamp
+        data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "foo"]}
         model_class = "OldModel" if stamp < sweep.SECOND_SHAPE_SINCE else "NewModel"
-        data["cells"] = [report.new_cell("foo", model_class, "onnx", status=status, timings={"export": 1.0})]
+        data.cells = [Cell("foo", model_class, "onnx", status=status, timings={"export": 1.0})]
         (results / f"{stamp.replace('-', '').replace(':', '')}-hfexport.json").write_text(views.to_json(data))
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "| onnx | 2 | **1** | 50.0 % | 1 | **0** | 0.0 % |" in text
@@ -132,10 +131,8 @@ def test_a_record_cell_without_a_date_still_lists_a_class_the_builder_cannot_mak
     """The record's oldest cells carry no ``created_at``: their build errors still count."""
     sweep = load_script("coverage_sweep")
     store = tmp_path / "coverage.json"
-    broken = report.new_cell(
-        "foo", "FooModel", "onnx", status="error", stage="build", error_type="ValueError", error="no"
-    )
-    store.write_text(json.dumps({"runs": [], "cells": [{**broken, "engine": "hfexport"}]}))
+    broken = Cell("foo", "FooModel", "onnx", status="error", stage="build", error_type="ValueError", error="no")
+    store.write_text(json.dumps({"runs": [], "cells": [{**broken.as_dict(), "engine": "hfexport"}]}))
     text = sweep.render(tmp_path / "no-results", tmp_path / "coverage.md", store)
     assert "1 swept classes could not be built" in text and "| foo | FooModel | `build: ValueError: no` |" in text
 
@@ -147,9 +144,10 @@ def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
     runs = (("hfexport", 1), ("hfexport", 2), ("transformers", 1))
     for second, (engine, index) in enumerate(runs):
         data = report.new_report(engine, ["onnx"], {"mode": "heads"}, {}, (index, 2), None)
-        data["sweep"] = {"set": "heads", "seconds": 1.0, "argv": ["run", "--set", "heads", "--shard", f"{index}/2"]}
-        data["cells"] = [report.new_cell("llama", "LlamaForCausalLM", "onnx", status="pass", timings={"export": 1.0})]
-        (results / f"20260101T00000{second}-{engine}.json").write_text(views.to_json(report.finalize(data)))
+        argv = ["run", "--set", "heads", "--shard", f"{index}/2"]
+        data.extra["sweep"] = {"set": "heads", "seconds": 1.0, "argv": argv}
+        data.cells = [Cell("llama", "LlamaForCausalLM", "onnx", status="pass", timings={"export": 1.0})]
+        (results / f"20260101T00000{second}-{engine}.json").write_text(views.to_json(data.finalize()))
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "(set `heads`, shards 1/2)" in text
     # The shard only hfexport ran is listed under it, with how many of the set's classes have a cell.
@@ -159,9 +157,9 @@ def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
 
 def _onnx_report(results: Path, engine: str, stamp: str, status: str) -> None:
     data = report.new_report(engine, ["onnx"], {"mode": "models"}, {}, (1, 1), None)
-    data["created_at"] = stamp
-    data["sweep"] = {"set": "models", "seconds": 60.0, "argv": ["run", "--models", "llama", "--backends", "onnx"]}
-    data["cells"] = [report.new_cell("llama", "LlamaForCausalLM", "onnx", status=status, timings={"export": 2.0})]
+    data.created_at = stamp
+    data.extra["sweep"] = {"set": "models", "seconds": 60.0, "argv": ["run", "--models", "llama", "--backends", "onnx"]}
+    data.cells = [Cell("llama", "LlamaForCausalLM", "onnx", status=status, timings={"export": 2.0})]
     (results / f"{stamp.replace('-', '').replace(':', '')}-{engine}.json").write_text(views.to_json(data))
 
 

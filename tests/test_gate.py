@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from hfexport.cli import main
 from hfexport.gate import changes, checks, report, schema, views
-from hfexport.gate.cells import FAILURE_STATUSES
+from hfexport.gate.cells import FAILURE_STATUSES, Cell, Frame
 from hfexport.gate.run import CheckOptions, Target, run_check, target_for
 
 # Cut after LlamaForCausalLM: two model classes keep the runs short.
@@ -142,7 +142,7 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     assert 'name="LlamaForCausalLM"' in junit and "<failure" in junit
     assert (out / "report.md").read_text().startswith("<!-- hfexport-report -->")
     assert "what to do: no translation: onnx cannot express &#96;prims.prod&#96;" in (out / "report.md").read_text()
-    annotations = views.github_annotations(data)
+    annotations = views.github_annotations(report.Report.from_dict(data))
     assert annotations == [a for a in annotations if a.startswith(f"::error file={LLAMA},line=")]
 
     # A later change to the same model: the failure already happens at base, so the gate passes.
@@ -199,7 +199,7 @@ def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
     assert f"· at {LLAMA}:{line}</summary>" in markdown and "breaks 4 checks" in markdown
     assert "data-dependent" in markdown and "torch.\\_check" in markdown
     assert all(name in markdown.split("breaks 4 checks")[1] for name in LLAMA_CLASSES)
-    annotations = views.github_annotations(data)
+    annotations = views.github_annotations(report.Report.from_dict(data))
     assert len(annotations) == 1 and annotations[0].startswith(f"::error file={LLAMA},line={line},title=4 checks")
     assert "torch._check" in annotations[0]
     # Under the terminal's table too (past the progress lines): the cause once, with its line and the hint.
@@ -251,9 +251,9 @@ def test_the_export_sees_the_model_as_loaded_not_as_eager_left_it(repo: Path) ->
     selection = changes.Selection(mode="models", names=LLAMA_CLASSES)
     options = CheckOptions(backends=["dynamo", "onnx"], jobs=2, timeout=120, generation=False)
     result = run_check(Target(selection, repo), options, echo=lambda line: None)
-    cells = {(c["model_class"], c["backend"]): c for c in result["cells"]}
-    assert len(cells) == 4 and {cell["status"] for cell in cells.values()} == {"pass"}, cells
-    assert {cell["second_shape"]["status"] for cell in cells.values()} == {"pass"}
+    cells = {(c.model_class, c.backend): c for c in result.cells}
+    assert len(cells) == 4 and {cell.status for cell in cells.values()} == {"pass"}, cells
+    assert {cell.second_shape.status for cell in cells.values()} == {"pass"}
 
 
 # ── Isolation ──
@@ -273,13 +273,13 @@ def test_crash_hang_and_oom_become_cell_results(repo: Path) -> None:
     options = CheckOptions(backends=["dynamo"], jobs=3, timeout=40, memory_limit_gib=8, generation=False)
     lines: list[str] = []
     result = run_check(Target(selection, repo), options, echo=lines.append)
-    status = {c["model_class"]: c for c in result["cells"]}
-    assert status["LlamaForSequenceClassification"]["status"] == "crash"
-    assert status["LlamaForSequenceClassification"]["error_type"] == "SIGABRT"
-    assert status["LlamaForCausalLM"]["status"] == "timeout"
-    assert status["LlamaForQuestionAnswering"]["status"] == "oom"
-    assert status["LlamaModel"]["status"] == "pass"
-    assert result["exit_code"] == 1
+    status = {c.model_class: c for c in result.cells}
+    assert status["LlamaForSequenceClassification"].status == "crash"
+    assert status["LlamaForSequenceClassification"].error_type == "SIGABRT"
+    assert status["LlamaForCausalLM"].status == "timeout"
+    assert status["LlamaForQuestionAnswering"].status == "oom"
+    assert status["LlamaModel"].status == "pass"
+    assert result.exit_code == 1
     assert sum(line.startswith("[") for line in lines) == 4  # one progress line per finished job
 
 
@@ -301,20 +301,20 @@ def test_a_crash_in_dynamo_is_not_the_onnx_cell_sharing_its_job(repo: Path, tmp_
     options = CheckOptions(backends=["dynamo", "onnx"], jobs=1, timeout=120, generation=False)
     lines: list[str] = []
     result = run_check(Target(selection, repo), options, echo=lines.append)
-    cells = {c["backend"]: c for c in result["cells"]}
-    assert cells["dynamo"]["status"] == "crash" and cells["dynamo"]["error_type"] == "SIGABRT", cells["dynamo"]
+    cells = {c.backend: c for c in result.cells}
+    assert cells["dynamo"].status == "crash" and cells["dynamo"].error_type == "SIGABRT", cells["dynamo"]
     # The ONNX cell ran again in a job of its own, traced for itself, and passed there.
-    assert cells["onnx"]["status"] == "pass", cells["onnx"]
-    assert cells["onnx"]["timings"]["export · torch.export"] > 0
+    assert cells["onnx"].status == "pass", cells["onnx"]
+    assert cells["onnx"].timings["export · torch.export"] > 0
     assert sum(line.startswith("[") for line in lines) == 2
 
 
 # ── Reports ──
 
 
-def _cell(model_class: str, backend: str, status: str, regression: str | None = None) -> dict:
+def _cell(model_class: str, backend: str, status: str, regression: str | None = None) -> Cell:
     failing = status in FAILURE_STATUSES
-    return report.new_cell(
+    return Cell(
         "llama",
         model_class,
         backend,
@@ -326,15 +326,15 @@ def _cell(model_class: str, backend: str, status: str, regression: str | None = 
         max_abs_diff=None if failing else 1e-6,
         tolerance=1e-4,
         timings={"total": 1.0},
-        source={"file": LLAMA, "line": 10},
+        source=Frame(LLAMA, 10),
     )
 
 
 def test_shards_partition_the_cells_and_merge_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hfexport.gate.cells import in_shard
 
-    def shard_of(cells: list[dict], shard: tuple[int, int]) -> list[dict]:
-        return [c for c in cells if in_shard(c["model_class"], c["backend"], shard)]
+    def shard_of(cells: list[Cell], shard: tuple[int, int]) -> list[Cell]:
+        return [c for c in cells if in_shard(c.model_class, c.backend, shard)]
 
     cells = [_cell(f"Class{i}", b, "pass") for i in range(10) for b in ("dynamo", "onnx")]
     shares = [shard_of(cells, (k, 3)) for k in (1, 2, 3)]
@@ -342,7 +342,7 @@ def test_shards_partition_the_cells_and_merge_back(tmp_path: Path, monkeypatch: 
     assert shard_of(cells, (2, 3)) == shares[1]  # deterministic
     # A class's dynamo and ONNX cells share a shard (and a trace there); its ExecuTorch cell is placed on its own.
     for share in shares:
-        assert [c["model_class"] for c in share[::2]] == [c["model_class"] for c in share[1::2]]
+        assert [c.model_class for c in share[::2]] == [c.model_class for c in share[1::2]]
     placed = {(i, k) for i in range(50) for k in range(1, 8) if in_shard(f"Class{i}", "executorch", (k, 7))}
     assert len(placed) == 50 and {k for _, k in placed} == set(range(1, 8))
     selection = {"mode": "all", "model_types": ["llama"], "representative": False, "reason": "--all"}
@@ -351,11 +351,11 @@ def test_shards_partition_the_cells_and_merge_back(tmp_path: Path, monkeypatch: 
         part = report.new_report(
             "hfexport", ["dynamo", "onnx"], selection, {"root": None, "base": None, "head": None}, (k, 3)
         )
-        part["cells"] = share
         if k == 2:
-            share[0].update(_cell(share[0]["model_class"], share[0]["backend"], "fail", "new"))
-        report.finalize(part)
-        assert schema.validate_report(part) == []
+            share[0] = _cell(share[0].model_class, share[0].backend, "fail", "new")
+        part.cells = share
+        part.finalize()
+        assert schema.validate_report(part.as_dict()) == []
         paths.append(tmp_path / f"shard{k}.json")
         paths[-1].write_text(views.to_json(part))
     code, output = _run(["merge", *map(str, paths), "--report-dir", str(tmp_path / "merged")], tmp_path, monkeypatch)
@@ -366,19 +366,17 @@ def test_shards_partition_the_cells_and_merge_back(tmp_path: Path, monkeypatch: 
 
 
 def test_validator_names_what_is_wrong() -> None:
-    data = report.finalize(
-        report.new_report("hfexport", ["onnx"], {"mode": "models", "model_types": [], "representative": False}, {})
-    )
-    data["cells"].append(_cell("LlamaModel", "onnx", "exploded"))
-    errors = schema.validate_report(data)
+    data = report.new_report("hfexport", ["onnx"], {"mode": "models", "model_types": [], "representative": False}, {})
+    data.cells.append(_cell("LlamaModel", "onnx", "exploded"))
+    errors = schema.validate_report(data.as_dict())
     assert any("cells[0].status" in e for e in errors)
 
 
 def test_annotations_escape_and_skip_pre_existing() -> None:
     data = report.new_report("hfexport", ["onnx"], {"mode": "models", "model_types": [], "representative": False}, {})
-    data["cells"] = [_cell("A", "onnx", "fail", "new"), _cell("B", "onnx", "fail", "pre-existing")]
-    data["cells"][0]["error"] = "line1, with: 100%\nline2"
-    lines = views.github_annotations(report.finalize(data))
+    data.cells = [_cell("A", "onnx", "fail", "new"), _cell("B", "onnx", "fail", "pre-existing")]
+    data.cells[0].error = "line1, with: 100%\nline2"
+    lines = views.github_annotations(data.finalize())
     assert len(lines) == 1
     assert lines[0].startswith(f"::error file={LLAMA},line=10,title=A does not export to onnx::")
     assert "100%25" in lines[0] and "%0A" in lines[0]

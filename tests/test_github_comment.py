@@ -214,7 +214,7 @@ def test_invalid_and_oversized_reports_are_refused(tmp_path):
         load_report(tmp_path / "bad.json")
     with pytest.raises(ReportError, match="over 1000 bytes"):
         load_report(write(tmp_path, failing()), max_bytes=1000)
-    assert load_report(tmp_path)["schema"] == "hfexport-report"  # a directory means its report.json
+    assert load_report(tmp_path).engine == "hfexport"  # a directory means its report.json
 
 
 def test_target_from_options_and_environment(tmp_path):

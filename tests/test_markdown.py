@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 
+from hfexport.gate.cells import Cell, Frame
 from hfexport.gate.markdown import MARKER, render_markdown, text_size
+from hfexport.gate.report import Report
 
 HOSTILE = (
     "Evil<img src=x onerror=alert(1)>|@octocat `code` [link](https://evil.example) ![i](x.png) **b** $x$\n| a | b |"
@@ -39,6 +41,7 @@ def cell(model_class: str, backend: str, status: str = "pass", **extra: Any) -> 
 
 
 def report(cells: list[dict[str, Any]], backends: tuple[str, ...] = ("dynamo", "onnx", "executorch")) -> dict[str, Any]:
+    """A schema-1 report (no tool_error / not_checked counts), as a foreign report file holds it."""
     failed = [c for c in cells if c["status"] not in ("pass", "skipped")]
     return {
         "schema": "hfexport-report",
@@ -65,6 +68,11 @@ def report(cells: list[dict[str, Any]], backends: tuple[str, ...] = ("dynamo", "
     }
 
 
+def render(data: dict[str, Any], **options: Any) -> str:
+    """The comment of a report file's JSON, typed as ``load_report`` types it."""
+    return render_markdown(Report.from_dict(data), **options)
+
+
 def html(markdown: str) -> str:
     return MarkdownIt("commonmark").enable("table").enable("strikethrough").render(markdown)
 
@@ -75,7 +83,7 @@ def table_rows(rendered: str) -> list[list[str]]:
 
 
 def test_every_cell_state_has_its_icon_and_facts():
-    text = render_markdown(
+    text = render(
         report(
             [
                 cell("LlamaModel", "dynamo"),
@@ -99,7 +107,7 @@ def test_every_cell_state_has_its_icon_and_facts():
 
 def test_hostile_text_renders_inert_and_keeps_the_table_shape():
     hostile = cell(HOSTILE, "onnx", "crash", error=HOSTILE, error_type="Error`|", stage="onnx · stage 1 <b>@x</b>")
-    text = render_markdown(report([cell(HOSTILE, "dynamo"), hostile, cell(HOSTILE, "executorch", "skipped")]))
+    text = render(report([cell(HOSTILE, "dynamo"), hostile, cell(HOSTILE, "executorch", "skipped")]))
     rendered = html(text)
     for tag in ("<img", "<a ", "<script", "<em", "<code", "<del", "<b>"):
         assert tag not in rendered, tag
@@ -114,7 +122,7 @@ def test_hostile_text_renders_inert_and_keeps_the_table_shape():
 
 
 def test_bidi_and_control_characters_are_removed():
-    text = render_markdown(report([cell("Llama\u202eledoM\x1b[31m", "dynamo")]))
+    text = render(report([cell("Llama\u202eledoM\x1b[31m", "dynamo")]))
     assert "\u202e" not in text and "\x1b" not in text
 
 
@@ -123,9 +131,7 @@ def test_oversized_report_is_cut_under_the_limit_keeping_marker_and_summary(icon
     status = "pass" if icon_heavy else "crash"
     extra = {"regression": "fixed"} if icon_heavy else {"error": "x" * 2000}
     cells = [cell(f"Model{i:04d}ForCausalLM", b, status, **extra) for i in range(700) for b in ("dynamo", "onnx")]
-    text = render_markdown(
-        report(cells, ("dynamo", "onnx")), max_chars=65000, details_url="https://github.com/a/b/runs/1"
-    )
+    text = render(report(cells, ("dynamo", "onnx")), max_chars=65000, details_url="https://github.com/a/b/runs/1")
     assert text_size(text) <= 65000 and len(text) <= 65000
     assert text.startswith(MARKER)
     assert "1400 checks: " in text
@@ -137,8 +143,8 @@ def test_oversized_report_is_cut_under_the_limit_keeping_marker_and_summary(icon
 
 def test_sections_go_before_rows():
     cells = [cell(f"M{i}", "onnx", "crash", error=f"{i} " + "e" * 1500) for i in range(30)]
-    full = render_markdown(report(cells, ("onnx",)), max_chars=1_000_000)
-    cut = render_markdown(report(cells, ("onnx",)), max_chars=len(full) - 1)
+    full = render(report(cells, ("onnx",)), max_chars=1_000_000)
+    cut = render(report(cells, ("onnx",)), max_chars=len(full) - 1)
     assert cut.count("<details>") < full.count("<details>") and cut.count("| M") == 30
     assert "1 detail section left out" in cut or "detail sections left out" in cut
 
@@ -146,21 +152,21 @@ def test_sections_go_before_rows():
 def test_unsafe_details_url_is_not_linked():
     # Distinct errors: one detail section per cell (the same error would be one cause, one section).
     cells = [cell(f"M{i}", "onnx", "crash", error=f"{i} " + "e" * 1500) for i in range(60)]
-    text = render_markdown(report(cells, ("onnx",)), max_chars=20000, details_url="javascript:alert(1)")
+    text = render(report(cells, ("onnx",)), max_chars=20000, details_url="javascript:alert(1)")
     assert "javascript" not in text and "job's `report.md`" in text
 
 
 def test_summary_verdicts():
-    assert "✅ **every export passed**" in render_markdown(report([cell("A", "onnx")]))
-    old = render_markdown(report([cell("A", "onnx", "fail", regression="pre-existing")]))
+    assert "✅ **every export passed**" in render(report([cell("A", "onnx")]))
+    old = render(report([cell("A", "onnx", "fail", regression="pre-existing")]))
     assert "✅ **no new export failures** (1 pre-existing)" in old
     # A failure with no base to compare against (pre-commit) is a failure, not "no new failures".
-    assert "❌ **1 export failure**" in render_markdown(report([cell("A", "onnx", "fail", regression=None)]))
+    assert "❌ **1 export failure**" in render(report([cell("A", "onnx", "fail", regression=None)]))
 
 
 def test_max_chars_below_the_minimum_is_refused():
     with pytest.raises(ValueError, match="at least"):
-        render_markdown(report([]), max_chars=100)
+        render(report([]), max_chars=100)
 
 
 def test_tool_errors_and_classes_not_checked_are_shown_apart():
@@ -168,21 +174,15 @@ def test_tool_errors_and_classes_not_checked_are_shown_apart():
     from hfexport.gate import schema as gate_schema
     from hfexport.gate import views as gate_views
 
-    frame = {
-        "file": "hfexport/exporters/exporter_dynamo.py",
-        "line": 262,
-        "function": "_is_walkable_object",
-        "text": "from transformers.cache_utils import DummyLayer",
-        "workaround": None,
-    }
+    frame = Frame("hfexport/exporters/exporter_dynamo.py", 262, "_is_walkable_object", "from transformers import …")
     cells = [
-        gate_report.new_cell("llama", "LlamaModel", "dynamo", status="pass", max_abs_diff=1e-6, timings={}),
-        gate_report.new_cell(
+        Cell("llama", "LlamaModel", "dynamo", status="pass", max_abs_diff=1e-6),
+        Cell(
             "llama", "LlamaForCausalLM", "dynamo", status="tool_error", stage="dynamo · stage 2 model patches",
             error_type="ImportError", error="cannot import name 'DummyLayer'", frame=frame,
             disabled={"transformers.cache_utils.DummyLayer": "placeholder cache layers"},
         ),
-        gate_report.new_cell(
+        Cell(
             "llama", "LlamaForTokenClassification", "dynamo", status="not_checked", stage="eager",
             error_type="ValueError", error="Cannot handle batch sizes > 1 if no padding token is defined.",
         ),
@@ -190,11 +190,11 @@ def test_tool_errors_and_classes_not_checked_are_shown_apart():
     data = gate_report.new_report(
         "hfexport", ["dynamo"], {"mode": "models", "model_types": [], "representative": False}, {}
     )
-    data["cells"] = cells
-    data = gate_report.finalize(data)
-    assert gate_schema.validate_report(data) == []
-    assert data["exit_code"] == 2 and data["summary"]["tool_errors"] == 1 and data["summary"]["not_checked"] == 1
-    assert data["summary"]["failed"] == 0 and data["summary"]["new_failures"] == 0
+    data.cells = cells
+    data = data.finalize()
+    assert gate_schema.validate_report(data.as_dict()) == []
+    assert data.exit_code == 2 and data.summary["tool_errors"] == 1 and data.summary["not_checked"] == 1
+    assert data.summary["failed"] == 0 and data.summary["new_failures"] == 0
     text = render_markdown(data)
     assert "💥 **hfexport itself failed in 1 check**" in text
     assert "1 tool errors, 1 not checked" in text
@@ -238,7 +238,7 @@ AUTOLINKED = (
 
 def test_links_mentions_and_references_are_not_live():
     hostile = cell("Model https://evil.example", "onnx", "crash", error=AUTOLINKED, stage=f"onnx · {AUTOLINKED}")
-    text = render_markdown(report([hostile, cell("www.evil.example GH-2", "dynamo")], ("dynamo", "onnx")))
+    text = render(report([hostile, cell("www.evil.example GH-2", "dynamo")], ("dynamo", "onnx")))
     assert live_links(text) == []
     # What the reader sees is still the text, with a zero-width space where a link would start.
     assert "https:\u200b//evil.example" in html(text) and "GH-\u200b1" in html(text) and "www\u200b.evil" in html(text)
@@ -271,7 +271,7 @@ def test_rendering_is_linear_in_cells_and_backends(monkeypatch: pytest.MonkeyPat
     work = []
     for count in (2000, 8000):
         built.update(slots=0, cells=0)
-        body = render_markdown(hostile(count))
+        body = render(hostile(count))
         work.append(dict(built))
         assert text_size(body) <= 65000 and body.startswith(MARKER) and f"{count} checks" in body
     for kind in ("slots", "cells"):

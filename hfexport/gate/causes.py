@@ -35,7 +35,7 @@ class Cause:
         """The model line when the trace reached the checkout's code, else the step it failed in."""
         location = self.cell.model_location
         if location:
-            return f"{location['file']}:{location.get('line')}"
+            return f"{location.file}:{location.line}"
         return self.cell.step or "unknown step"
 
     @property
@@ -51,7 +51,7 @@ def _key(cell: Cell) -> tuple[str, ...]:
     location = cell.model_location
     if location:
         # The same line and error type: the message can differ by class (symbol numbers, sizes).
-        return ("line", str(location.get("file")), str(location.get("line")), str(cell.error_type))
+        return ("line", str(location.file), str(location.line), str(cell.error_type))
     return ("step", cell.status or "", cell.step, str(cell.error_type), str(cell.error))
 
 
@@ -75,7 +75,7 @@ def hint(cell: Cell) -> str | None:
         )
     error = f"{cell.error_type}: {cell.error}"[:2000]  # the first lines say the kind; bounds the regex work
     location = cell.model_location
-    at = f" at {location['file']}:{location.get('line')}" if location else ""
+    at = f" at {location.file}:{location.line}" if location else ""
     if match := _DATA_DEPENDENT.search(error):
         return (
             f"data-dependent: the code{at} branches on, or sizes from, a tensor's values "

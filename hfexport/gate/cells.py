@@ -35,6 +35,75 @@ def _number(value: Any) -> bool:
 
 
 @dataclass
+class Frame:
+    """A line of code: where a failure broke (``frame``) or where a model class is defined (``source``)."""
+
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    text: str | None = None  # the line's source text
+    workaround: str | None = None  # the hfexport workaround that was running, if any
+
+
+@dataclass
+class SecondShape:
+    """The run at a second input shape: passed (with the inputs it resized and the max diff) or skipped (why)."""
+
+    status: str  # "pass" or "skipped"
+    inputs: dict[str, list[int]] | None = None
+    max_abs_diff: float | None = None
+    detail: str | None = None
+
+
+@dataclass
+class Generation:
+    """The greedy generation check of a decoder LM: "pass", "fail" or "skipped", and what it found."""
+
+    status: str
+    detail: str | None = None
+
+
+@dataclass
+class Metrics:
+    """What a passing cell's exported program is (``metrics.py``; README, "Export health"); None: not measured."""
+
+    nodes: int | None = None  # operator nodes (ONNX: nodes of the model and its subgraphs; ExecuTorch: instructions)
+    bytes: int | None = None  # the saved program's files
+    latency_ms: float | None = None  # median at the traced shape on the backend's runtime, after warm-up
+    ops: dict[str, int] | None = None  # nodes by operator
+    dynamic_dims: int | None = None  # input dimensions the program takes at any size (within its bounds)
+    partitions: int | None = None  # ExecuTorch: subgraphs delegated (XNNPACK)
+    planned_bytes: int | None = None  # ExecuTorch: memory planned for activations
+
+
+@dataclass
+class Health:
+    """Head against base (``health.py``): what moved past a threshold, the latencies timed together, or why not."""
+
+    regressions: list[str] | None = None
+    improvements: list[str] | None = None
+    latency: dict[str, float] | None = None  # head_ms, base_ms, ratio: timed in one process, interleaved
+    note: str | None = None
+
+
+Part = Frame | SecondShape | Generation | Metrics | Health
+
+
+def _part(kind: type[Part], data: Any) -> Any:
+    """A typed part from its JSON object (keys outside the part are left); None stays None."""
+    if not isinstance(data, dict):
+        return None
+    return kind(**{f.name: data.get(f.name) for f in dataclasses.fields(kind)})
+
+
+def _part_json(part: Part | None) -> dict[str, Any] | None:
+    """A part's JSON object: the keys it has a value for."""
+    if part is None:
+        return None
+    return {key: value for key, value in dataclasses.asdict(part).items() if value is not None}
+
+
+@dataclass
 class Cell:
     """One (model class, backend) of a report. Fields are the schema's cell keys, in their order."""
 
@@ -52,29 +121,38 @@ class Cell:
     timings: dict[str, float] = field(default_factory=dict)
     workarounds: list[str] = field(default_factory=list)
     skip_reason: str | None = None
-    source: dict[str, Any] | None = None  # the model class's line: {"file", "line"}
-    generation: dict[str, Any] | None = None  # {"status", "detail"}
-    frame: dict[str, Any] | None = None  # where it broke: {"file", "line", "function", "text", "workaround"}
+    source: Frame | None = None  # the model class's line (file and line)
+    generation: Generation | None = None
+    frame: Frame | None = None  # where it broke
     disabled: dict[str, str] | None = None  # transformers internals the checkout lacks -> the feature turned off
-    # The run at a second input shape: {"status": "pass", "inputs": {name: shape}, "max_abs_diff"}, or "skipped".
-    second_shape: dict[str, Any] | None = None
+    second_shape: SecondShape | None = None
     cached: bool | None = None  # the result came from the result cache: the same code gave it in an earlier run
+    metrics: Metrics | None = None  # a passing cell's program: at head
+    base_metrics: Metrics | None = None  # ... and at the base revision
+    health: Health | None = None  # what moved from base to head
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cell:
-        """A cell of a (validated) report; keys outside the schema (a sweep's ``engine``, ``created_at``) are left."""
-        return cls(**{key: data.get(key) for key in CELL_KEYS if key in data or key in _REQUIRED})
+        """A cell from its JSON form (a validated report's, or a job's outcome): the one place JSON becomes typed.
+        Keys outside the schema (a sweep's ``engine``, ``created_at``) are left."""
+        values = {key: data.get(key) for key in CELL_KEYS if key in data or key in _REQUIRED}
+        for key, kind in _PARTS.items():
+            values[key] = _part(kind, values.get(key))
+        values["timings"] = values.get("timings") or {}
+        values["workarounds"] = values.get("workarounds") or []
+        return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in CELL_KEYS}
+        """The cell's JSON form in the report schema."""
+        data = {key: getattr(self, key) for key in CELL_KEYS}
+        return data | {key: _part_json(data[key]) for key in _PARTS}
 
     def apply_result(self, result: dict[str, Any]) -> None:
-        """Take a job's outcome (see ``checks.run_cell``) as this cell's result."""
+        """Take a job's outcome (see ``checks.run_cell``) as this cell's result: the worker's dict, typed once."""
+        outcome = Cell.from_dict({**result, **{key: getattr(self, key) for key in _REQUIRED}})
         keys = ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame")
-        for key in (*keys, "second_shape", "cached"):
-            setattr(self, key, result.get(key))
-        self.timings = result.get("timings") or {}
-        self.workarounds = result.get("workarounds") or []
+        for key in (*keys, "second_shape", "cached", "timings", "workarounds", "metrics"):
+            setattr(self, key, getattr(outcome, key))
         self.disabled = result.get("disabled") or {}
         if result.get("tolerance") is not None:
             self.tolerance = result["tolerance"]
@@ -113,12 +191,12 @@ class Cell:
         return str(self.error_type or self.error or "")
 
     @property
-    def model_location(self) -> dict[str, Any] | None:
+    def model_location(self) -> Frame | None:
         """The checked-out transformers line a model's failure broke at (``src/transformers/...``), if any."""
-        if self.status in ("pass", "skipped", *NOT_A_RESULT) or not isinstance(self.frame, dict):
+        if self.status in ("pass", "skipped", *NOT_A_RESULT) or self.frame is None:
             return None
-        file = self.frame.get("file")
-        return self.frame if isinstance(file, str) and file.startswith("src/transformers/") else None
+        file = self.frame.file
+        return self.frame if file and file.startswith("src/transformers/") else None
 
     # ── Words, shared by every view ──
 
@@ -132,17 +210,17 @@ class Cell:
     def frame_note(self) -> str:
         """Where it broke: the hfexport code of a tool error, or the checked-out model line of a failure."""
         frame = self.frame
-        if not isinstance(frame, dict) or not frame.get("file") or self.status == "pass":
+        if frame is None or not frame.file or self.status == "pass":
             return ""
-        workaround = frame.get("workaround")
+        workaround = frame.workaround
         if self.status == "tool_error":
             named = f", workaround {workaround}" if workaround else ""
-            return f" (at {frame['file']}:{frame.get('line')} in {frame.get('function')}{named})"
+            return f" (at {frame.file}:{frame.line} in {frame.function}{named})"
         if self.model_location is None:
             return ""
-        text = f": {frame['text']}" if frame.get("text") else ""
+        text = f": {frame.text}" if frame.text else ""
         running = f", while hfexport's {workaround} ran" if workaround else ""
-        return f" (at {frame['file']}:{frame.get('line')}{text}{running})"
+        return f" (at {frame.file}:{frame.line}{text}{running})"
 
     def label(self) -> str:
         """One line: ``pass (max abs 2e-06)``, ``fail · onnx · stage 4 …: RuntimeError: … (at file:line: text)``."""
@@ -170,8 +248,26 @@ class Cell:
 
 CELL_KEYS = tuple(f.name for f in dataclasses.fields(Cell))
 # The schema version that added each cell key after version 1: older cells lack it.
-CELL_KEY_SINCE = {"frame": 2, "disabled": 2, "second_shape": 3, "cached": 3}
+CELL_KEY_SINCE = {
+    "frame": 2,
+    "disabled": 2,
+    "second_shape": 3,
+    "cached": 3,
+    "metrics": 4,
+    "base_metrics": 4,
+    "health": 4,
+}
 _REQUIRED = ("model_type", "model_class", "backend")
+# The cell keys whose JSON object is a typed part.
+_PARTS: dict[str, type[Part]] = {
+    "source": Frame,
+    "frame": Frame,
+    "generation": Generation,
+    "second_shape": SecondShape,
+    "metrics": Metrics,
+    "base_metrics": Metrics,
+    "health": Health,
+}
 
 
 def parse_shard(value: str) -> tuple[int, int]:
@@ -190,10 +286,9 @@ def in_shard(model_class: str, backend: str, shard: tuple[int, int]) -> bool:
     return zlib.crc32(f"{model_class}|{unit}".encode()) % count == index - 1
 
 
-def disabled_features(report: dict[str, Any]) -> dict[str, str]:
+def disabled_features(cells: list[Cell]) -> dict[str, str]:
     """The transformers internals the checkout lacks, over every cell, with the feature each one turned off."""
     found: dict[str, str] = {}
-    for cell in report.get("cells") or []:
-        if isinstance(cell.get("disabled"), dict):
-            found.update({str(name): str(feature) for name, feature in cell["disabled"].items()})
+    for cell in cells:
+        found.update(cell.disabled or {})
     return found

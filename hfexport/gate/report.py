@@ -4,60 +4,125 @@ Schema "hfexport-report" (``REPORT_SCHEMA_VERSION``) is the contract between ``c
 ``schema.validate_report`` is its single definition, ``views`` and ``markdown`` render it. Version 2 added the
 ``tool_error`` and ``not_checked`` statuses and the cell keys ``frame`` (where it broke) and ``disabled``
 (transformers internals the checkout lacks); version 3 the cell keys ``second_shape`` (the run at a second input
-shape) and ``cached`` (a result from the result cache).
+shape) and ``cached`` (a result from the result cache); version 4 the export health: the cell keys ``metrics``,
+``base_metrics`` and ``health``, and the summary's ``health_regressions`` and ``health_improvements``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+from dataclasses import dataclass, field
 from typing import Any
 
 import hfexport
 
-from .cells import CELL_KEY_SINCE, CELL_KEYS, Cell
+from . import health
+from .cells import Cell
 
 REPORT_SCHEMA = "hfexport-report"
-REPORT_SCHEMA_VERSION = 3
+REPORT_SCHEMA_VERSION = 4
 
 
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def new_cell(model_type: str, model_class: str, backend: str, **fields: Any) -> dict[str, Any]:
-    """A cell's JSON form with every schema key present (None where unknown)."""
-    return Cell(model_type, model_class, backend, **{k: v for k, v in fields.items() if k in CELL_KEYS}).as_dict()
-
-
-def summarize(cells: list[dict[str, Any]]) -> dict[str, int]:
-    typed = [Cell.from_dict(c) for c in cells]
+def summarize(cells: list[Cell]) -> dict[str, Any]:
     return {
-        "total": len(typed),
-        "passed": sum(c.status == "pass" for c in typed),
-        "failed": sum(c.failed for c in typed),
-        "new_failures": sum(c.new_failure for c in typed),
-        "pre_existing": sum(c.pre_existing for c in typed),
-        "fixed": sum(c.regression == "fixed" for c in typed),
-        "skipped": sum(c.status == "skipped" for c in typed),
-        "tool_errors": sum(c.status == "tool_error" for c in typed),
-        "not_checked": sum(c.status == "not_checked" for c in typed),
-        "not_run": sum(c.status == "not_run" for c in typed),
+        "total": len(cells),
+        "passed": sum(c.status == "pass" for c in cells),
+        "failed": sum(c.failed for c in cells),
+        "new_failures": sum(c.new_failure for c in cells),
+        "pre_existing": sum(c.pre_existing for c in cells),
+        "fixed": sum(c.regression == "fixed" for c in cells),
+        "skipped": sum(c.status == "skipped" for c in cells),
+        "tool_errors": sum(c.status == "tool_error" for c in cells),
+        "not_checked": sum(c.status == "not_checked" for c in cells),
+        "not_run": sum(c.status == "not_run" for c in cells),
+        **health.summary_entries(cells),
     }
 
 
-def exit_code(summary: dict[str, int]) -> int:
+def exit_code(summary: dict[str, Any]) -> int:
     """2 when hfexport itself failed (the gate is broken and must say so), 1 on a new failure, else 0."""
     if summary.get("tool_errors"):
         return 2
     return 1 if summary["new_failures"] else 0
 
 
-def finalize(report: dict[str, Any]) -> dict[str, Any]:
-    """Fill summary and exit code from the cells."""
-    report["cells"].sort(key=lambda c: (c["model_type"], c["model_class"], c["backend"]))
-    report["summary"] = summarize(report["cells"])
-    report["exit_code"] = exit_code(report["summary"])
-    return report
+# The schema's top-level keys, in the order the JSON form writes them.
+HEADER_KEYS = (
+    "hfexport_version",
+    "created_at",
+    "engine",
+    "repository",
+    "pr",
+    "backends",
+    "selection",
+    "shard",
+)
+
+
+@dataclass
+class Report:
+    """A whole report, typed: what was checked where (the header, as the schema has it) and its ``Cell``s.
+
+    ``check`` builds one from its jobs' results and ``schema.load_report`` from a report file; every view (terminal,
+    JUnit, annotations, markdown) reads only this.
+    """
+
+    engine: str
+    backends: list[str]
+    selection: dict[str, Any]
+    repository: dict[str, Any]
+    pr: dict[str, Any] = field(default_factory=lambda: {"number": None, "head_sha": None})
+    shard: dict[str, int] = field(default_factory=lambda: {"index": 1, "count": 1})
+    cells: list[Cell] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=lambda: summarize([]))
+    exit_code: int = 0
+    schema_version: int = REPORT_SCHEMA_VERSION
+    hfexport_version: str = hfexport.__version__
+    created_at: str = field(default_factory=utc_now)
+    extra: dict[str, Any] = field(default_factory=dict)  # top-level keys outside the schema (a sweep's "sweep")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        """A report from its JSON form (validated by ``schema.validate_report``): its cells typed once, here."""
+        known = {*HEADER_KEYS, "schema", "schema_version", "cells", "summary", "exit_code"}
+        return cls(
+            **{key: data[key] for key in HEADER_KEYS if key in data},
+            cells=[Cell.from_dict(cell) for cell in data.get("cells") or []],
+            summary=dict(data.get("summary") or {}),
+            exit_code=data.get("exit_code", 0),
+            schema_version=data.get("schema_version", REPORT_SCHEMA_VERSION),
+            extra={key: value for key, value in data.items() if key not in known},
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``REPORT_SCHEMA``)."""
+        header = {key: getattr(self, key) for key in HEADER_KEYS}
+        return {
+            "schema": REPORT_SCHEMA,
+            "schema_version": self.schema_version,
+            **header,
+            "cells": [cell.as_dict() for cell in self.cells],
+            "summary": self.summary,
+            "exit_code": self.exit_code,
+            **self.extra,
+        }
+
+    @property
+    def head_sha(self) -> str | None:
+        """The commit checked: the PR's head, else the repository's head."""
+        return (self.pr or {}).get("head_sha") or (self.repository or {}).get("head")
+
+    def finalize(self) -> Report:
+        """Cells in order, summary and exit code from the cells."""
+        self.cells.sort(key=lambda c: (c.model_type, c.model_class, c.backend))
+        self.summary = summarize(self.cells)
+        self.exit_code = exit_code(self.summary)
+        return self
 
 
 def new_report(
@@ -67,42 +132,36 @@ def new_report(
     repository: dict[str, Any],
     shard: tuple[int, int] = (1, 1),
     pr: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    return {
-        "schema": REPORT_SCHEMA,
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "hfexport_version": hfexport.__version__,
-        "created_at": utc_now(),
-        "engine": engine,
-        "repository": repository,
-        "pr": pr or {"number": None, "head_sha": None},
-        "backends": list(backends),
-        "selection": selection,
-        "shard": {"index": shard[0], "count": shard[1]},
-        "cells": [],
-        "summary": summarize([]),
-        "exit_code": 0,
-    }
+) -> Report:
+    """A report with no cells yet, of this run's engine, backends, selection, commits, shard and PR."""
+    return Report(
+        engine,
+        list(backends),
+        selection,
+        repository,
+        pr=pr or {"number": None, "head_sha": None},
+        shard={"index": shard[0], "count": shard[1]},
+    )
 
 
-def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_reports(reports: list[Report]) -> Report:
     """Join shard reports of one sweep: cells concatenated (a repeated cell is an error), summary recomputed."""
     if not reports:
         raise ValueError("nothing to merge")
     first = reports[0]
-    merged = {**first, "created_at": utc_now(), "cells": [], "shard": {"index": 1, "count": 1}}
-    merged["schema_version"] = REPORT_SCHEMA_VERSION  # older shards are lifted: their cells lack only newer keys
-    merged["backends"] = list(dict.fromkeys(b for r in reports for b in r["backends"]))
-    model_types = sorted({t for r in reports for t in r["selection"].get("model_types", [])})
-    merged["selection"] = {**first["selection"], "model_types": model_types}
+    merged = dataclasses.replace(first, created_at=utc_now(), cells=[], shard={"index": 1, "count": 1})
+    merged.schema_version = REPORT_SCHEMA_VERSION  # older shards are lifted: their cells lack only newer keys
+    merged.backends = list(dict.fromkeys(b for r in reports for b in r.backends))
+    model_types = sorted({t for r in reports for t in r.selection.get("model_types", [])})
+    merged.selection = {**first.selection, "model_types": model_types}
     seen: set[tuple[str, str]] = set()
     for report in reports:
-        if report["engine"] != first["engine"]:
-            raise ValueError(f"cannot merge reports of engines {first['engine']!r} and {report['engine']!r}")
-        for cell in report["cells"]:
-            key = (cell["model_class"], cell["backend"])
+        if report.engine != first.engine:
+            raise ValueError(f"cannot merge reports of engines {first.engine!r} and {report.engine!r}")
+        for cell in report.cells:
+            key = (cell.model_class, cell.backend)
             if key in seen:
                 raise ValueError(f"{key[0]} · {key[1]} appears in more than one report")
             seen.add(key)
-            merged["cells"].append({**dict.fromkeys(CELL_KEY_SINCE), **cell})
-    return finalize(merged)
+            merged.cells.append(cell)
+    return merged.finalize()

@@ -21,7 +21,7 @@ from typing import Any
 from . import changes, report, views
 from .cache import ResultCache
 from .cache import environment as cache_environment
-from .cells import BACKENDS, FAILURE_STATUSES, SHARED_TRACE_BACKENDS, Cell, in_shard
+from .cells import BACKENDS, FAILURE_STATUSES, SHARED_TRACE_BACKENDS, Cell, Frame, in_shard
 from .jobs import JobOptions, WorkerError, WorkerProcess, transformers_dir
 from .skips import skip_reason
 
@@ -299,7 +299,7 @@ def run_check(
     options: CheckOptions,
     echo: Callable[[str], None] = print,
     pr: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> report.Report:
     """Run the gate and return the finalized report (``exit_code`` 0 or 1)."""
     budget = options.budget_minutes
     deadline = None if budget is None else time.monotonic() + budget * 60
@@ -359,8 +359,8 @@ def run_check(
             head_worker.close()
     if target.base is not None:
         _compare_with_base(target, options, pairs, echo, deadline)
-    result["cells"] = [cell.as_dict() for cell, _ in pairs]
-    return report.finalize(result)
+    result.cells = [cell for cell, _ in pairs]
+    return result.finalize()
 
 
 def _transformers_record(code: Path | None) -> dict[str, Any]:
@@ -381,7 +381,7 @@ def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[Ce
             continue
         seen.add(selected.model_class)
         for backend in options.backends:
-            source = {"file": selected.file, "line": selected.line} if selected.file else None
+            source = Frame(selected.file, selected.line) if selected.file else None
             cell = Cell(selected.model_type, selected.model_class, backend, source=source)
             reason = skip_reason(selected.model_class)
             if reason:
