@@ -7,6 +7,7 @@ import json
 import math
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,33 +128,36 @@ def github_annotations(report: Report) -> list[str]:
     backends gets one annotation naming them all. At most ``ANNOTATIONS_PER_KIND`` of each kind, then one
     ``::notice`` that counts the rest."""
     cells = report.cells
-    kinds = {
-        "new failures": [_failure_annotation(cause) for cause in group([c for c in cells if c.new_failure])],
-        "tool errors": [
-            actions.command("error", c.label(), title=f"hfexport failed checking {c.model_class} on {c.backend}")
-            for c in cells
-            if c.status == "tool_error"
-        ],
-        "classes not checked": [
-            actions.command("notice", c.label(), title=f"{c.model_class} not checked on {c.backend}")
-            for c in cells
-            if c.status == "not_checked"
-        ],
-        "health warnings": health.annotations(cells),  # a program that grew
+    # Each kind: its items and how one becomes an annotation (only those shown are formatted: a report can hold
+    # 20,000 failing cells).
+    kinds: dict[str, tuple[list[Any], Callable[[Any], str]]] = {
+        "new failures": (group([c for c in cells if c.new_failure]), _failure_annotation),
+        "tool errors": ([c for c in cells if c.status == "tool_error"], _tool_error_annotation),
+        "classes not checked": ([c for c in cells if c.status == "not_checked"], _not_checked_annotation),
+        "health warnings": (health.annotations(cells), str),  # a program that grew
     }
     not_run = [c for c in cells if c.status == "not_run"]
     if not_run:
         title = f"{len(not_run)} checks not run within the time budget"
-        kinds["not run"] = [actions.command("notice", hint(not_run[0]) or "", title=title)]
+        kinds["not run"] = ([actions.command("notice", hint(not_run[0]) or "", title=title)], str)
     lines, left_out = [], []
-    for kind, shown in kinds.items():
-        lines += shown[:ANNOTATIONS_PER_KIND]
-        if len(shown) > ANNOTATIONS_PER_KIND:
-            left_out.append(f"{len(shown) - ANNOTATIONS_PER_KIND} {kind}")
+    for kind, (items, annotation) in kinds.items():
+        lines += map(annotation, items[:ANNOTATIONS_PER_KIND])
+        if len(items) > ANNOTATIONS_PER_KIND:
+            left_out.append(f"{len(items) - ANNOTATIONS_PER_KIND} {kind}")
     if left_out:
         message = f"{', '.join(left_out)}: the PR comment and the job summary list every one"
         lines.append(actions.command("notice", message, title="more annotations than shown here"))
     return lines
+
+
+def _tool_error_annotation(cell: Cell) -> str:
+    title = f"hfexport failed checking {cell.model_class} on {cell.backend}"
+    return actions.command("error", cell.label(), title=title)
+
+
+def _not_checked_annotation(cell: Cell) -> str:
+    return actions.command("notice", cell.label(), title=f"{cell.model_class} not checked on {cell.backend}")
 
 
 def _failure_annotation(cause: Cause) -> str:
