@@ -510,5 +510,68 @@ def merge(reports: tuple[Path, ...], report_dir: Path, allow_partial: bool) -> N
     sys.exit(merged.exit_code)
 
 
+@main.group()
+def impact() -> None:
+    """The impact map: which transformers code each model class's check ran, so a change selects the classes it reaches.
+
+    \b
+    Examples:
+      hfexport impact build --all --shard 3/16 -o map-3.json
+      hfexport impact merge map-*.json -o impact-map.json
+    """
+
+
+@impact.command("build")
+@click.option("--models", help="Model types or class names, comma-separated.")
+@click.option("--all", "select_all", is_flag=True, help="Every architecture of the transformers checked.")
+@click.option("--backends", default=",".join(FORMATS), show_default=True, callback=_backends, help="Comma-separated.")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1), help="Jobs run in parallel.")
+@click.option("--shard", default="1/1", callback=_shard, help="K/N: record the K-th of N shares (as `check`).")
+@click.option("--budget", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES", help="As for `check`.")
+@click.option("--no-cache", is_flag=True, help="Run every cell; by default recorded results come from the cache.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The map (JSON).")
+def impact_build(
+    models: str | None,
+    select_all: bool,
+    backends: list[str],
+    jobs: int,
+    shard: tuple[int, int],
+    budget: float | None,
+    no_cache: bool,
+    output: Path,
+) -> None:
+    """Check the selected classes, recording what transformers code each ran, and write the impact map."""
+    from .gate.cache import CacheError, default_cache_dir
+    from .gate.impact import build_map
+    from .gate.run import CheckOptions, GateError, target_for
+
+    names = [name.strip() for name in (models or "").split(",") if name.strip()]
+    if bool(names) == select_all:
+        _fail("pass --models or --all (one of them)")
+    options = CheckOptions(backends, jobs, shard=shard, budget_minutes=budget)
+    options.cache_dir, options.export_health = None if no_cache else default_cache_dir(), False
+    try:
+        built = build_map(target_for(Path.cwd(), [], names, select_all, None, None), options, echo=_say)
+        built.dump(output)
+    except (GateError, CacheError, OSError) as error:
+        _fail(str(error))
+    _say(f"impact map of {len(built.model_classes())} class(es): {output}")
+
+
+@impact.command("merge")
+@click.argument("maps", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The merged map.")
+def impact_merge(maps: tuple[Path, ...], output: Path) -> None:
+    """Join the maps of `impact build --shard K/N` runs (all of one transformers and hfexport version) into one."""
+    from .gate.impact import ImpactMapError, merge_files
+
+    try:
+        merged = merge_files(list(maps))
+        merged.dump(output)
+    except (ImpactMapError, OSError) as error:
+        _fail(str(error))
+    _say(f"impact map of {len(merged.model_classes())} class(es): {output}")
+
+
 if __name__ == "__main__":
     main()

@@ -26,7 +26,9 @@ import hfexport
 
 from .. import compat
 from ..exporters.utils import ExportFailure
+from . import metrics
 from .blame import Frame, blame, traced_model_frame
+from .export_modules import EXPORT_MODULE_BACKENDS
 
 # Largest max-abs difference from eager that still passes, per backend.
 TOLERANCES = {"dynamo": 1e-4, "onnx": 1e-4, "executorch": 1e-3}
@@ -231,10 +233,12 @@ def _gate_export(backend: str, generation: bool = False) -> tuple[Any, Any]:
 def _hfexport_engine() -> tuple[Callable, Callable, Callable]:
     from hfexport.exporters import ExportedModel
 
-    def export(model: Any, inputs: dict[str, Any], backend: str, generation: bool, trace: Any = None) -> Any:
+    def export(
+        model: Any, inputs: dict[str, Any], backend: str, generation: bool, trace: Any = None, cache: str = "slots"
+    ) -> Any:
         exporter, config = _gate_export(backend, generation)
-        if generation:  # ``trace``: one SharedTrace per generation component
-            return exporter.export_for_generation(model, inputs, config, traces=trace)
+        if generation:  # ``trace``: one SharedTrace per generation component; ``cache``: slots or static
+            return exporter.export_for_generation(model, inputs, config, traces=trace, cache=cache)
         return exporter.export(model, inputs, config, trace=trace)
 
     return export, lambda exported, path: exported.save_pretrained(path), ExportedModel.from_pretrained
@@ -447,6 +451,8 @@ def _check(
                 traced = {name: list(value.shape) for name, value in inputs.items() if hasattr(value, "shape")}
                 raise OutputMismatch(f"at the traced shape ({shapes_text(traced)}): {problem}")
         _check_second_shape(reference, inputs, loaded, tolerance, cell, timings)
+        with step("export health", timings, "health"):
+            cell.update(metrics.measure(Path(scratch) / "export", loaded, inputs, backend, shared.job.get("health")))
     if shared.job.get("generation") and generation_available(engine_name) and _can_generate(model):
         traces = {"trace": shared.generation_traces} if shared.generation_traces is not None else {}
         _check_generation(model, reference, inputs, functools.partial(export, **traces), backend, cell, timings)
@@ -504,33 +510,86 @@ def shapes_text(shapes: dict[str, list[int]]) -> str:
     return ", ".join(f"{name} {tuple(shape)}" for name, shape in shapes.items())
 
 
+# The generation parts of a decoder LM's cell, in the order they run: (cell key, cache the exported components hold,
+# the stage a failure names). hfexport's slot cache first (the default), then transformers' own StaticCache.
+GENERATION_PARTS = (("generation", "slots", "generation"), ("generation_static", "static", "generation · static cache"))
+EXPORT_MODULE_STAGE = "transformers export module"
+
+
 def _check_generation(
     model: Any, reference: Any, inputs: dict[str, Any], export: Callable, backend: str, cell: dict[str, Any], timings
 ) -> None:
-    """A few greedy steps on the exported prefill/decode programs must pick eager's tokens."""
-    import torch
-
+    """A few greedy steps must pick eager's tokens: on exported prefill/decode programs holding hfexport's slot cache
+    (``generation``) and transformers' StaticCache (``generation_static``), then through transformers' own exportable
+    module (``export_module``) on the backends whose runtimes run it. A part that declines the model is not_checked."""
     input_ids = inputs["input_ids"]
     try:
-        with torch.no_grad():
-            expected = reference.generate(
-                input_ids=input_ids, max_new_tokens=GENERATION_TOKENS, min_new_tokens=GENERATION_TOKENS, do_sample=False
-            )
+        expected = _eager_tokens(reference, input_ids)
     except Exception as error:  # eager itself has no greedy text generation (higgs_audio_v2 emits audio codebooks)
         detail = f"not compared: eager generate() fails: {type(error).__name__}: {error}"
         cell["generation"] = {"status": "skipped", "detail": detail.splitlines()[0][:300]}
         return
-    with step(f"{backend} · generation", timings, "generation"):
+    for key, cache, label in GENERATION_PARTS:
+        with step(f"{backend} · {label}", timings, key):
+            exported = _declined_or(
+                cell, key, functools.partial(export, model, copy.deepcopy(inputs), backend, True, cache=cache)
+            )
+            if exported is not None:
+                # The same stopping rule as eager's: no EOS before GENERATION_TOKENS new tokens.
+                new_tokens = {"max_new_tokens": GENERATION_TOKENS, "min_new_tokens": GENERATION_TOKENS}
+                _compare_tokens(exported.generate(input_ids, **new_tokens), expected, cell, key)
+    if backend in EXPORT_MODULE_BACKENDS:
+        _check_export_module(model, reference, input_ids[:1], backend, cell, timings)
+
+
+def _eager_tokens(reference: Any, input_ids: Any) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return reference.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=GENERATION_TOKENS,
+            min_new_tokens=GENERATION_TOKENS,
+            do_sample=False,
+        )
+
+
+def _declined_or(cell: dict[str, Any], key: str, export: Callable[[], Any]) -> Any:
+    """``export()``, or None with the part not_checked where the exporter declines the model (no Cache returned, a
+    config StaticCache cannot lay out, a cache layer hfexport does not carry)."""
+    try:
+        return export()
+    except NotImplementedError as declined:
+        cell[key] = {"status": "not_checked", "detail": f"not checked: {first_line(declined)[:300]}"}
+        return None
+
+
+def _compare_tokens(produced: Any, expected: Any, cell: dict[str, Any], key: str) -> None:
+    import torch
+
+    produced = produced if isinstance(produced, torch.Tensor) else torch.as_tensor(produced)
+    same = produced.shape == expected.shape and bool((produced == expected).all())
+    detail = f"{GENERATION_TOKENS} greedy tokens {'match' if same else 'differ from'} eager"
+    cell[key] = {"status": "pass" if same else "fail", "detail": detail}
+    if not same:
+        raise OutputMismatch(f"{detail}: {produced.tolist()} != {expected.tolist()}")
+
+
+def _check_export_module(
+    model: Any, reference: Any, prompt: Any, backend: str, cell: dict[str, Any], timings: dict[str, float]
+) -> None:
+    """transformers' ``TorchExportableModuleForDecoderOnlyLM`` export, run token by token (see ``export_modules``)."""
+    from ..exporters.generation.export import token_id_list
+    from .export_modules import ModuleDeclined, export_module_program, greedy_tokens, runtime_step
+
+    expected = _eager_tokens(reference, prompt)
+    with step(f"{backend} · {EXPORT_MODULE_STAGE}", timings, "export_module"):
         try:
-            exported = export(model, copy.deepcopy(inputs), backend, True)
-        except NotImplementedError as declined:  # a decoder the generation exporter declines (no Cache returned)
-            cell["generation"] = {"status": "skipped", "detail": f"not compared: {first_line(declined)[:300]}"}
+            program = export_module_program(model, prompt)
+        except ModuleDeclined as declined:
+            cell["export_module"] = {"status": "not_checked", "detail": f"not checked: {first_line(declined)[:300]}"}
             return
-        # The same stopping rule as eager's: no EOS before GENERATION_TOKENS new tokens.
-        produced = exported.generate(input_ids, max_new_tokens=GENERATION_TOKENS, min_new_tokens=GENERATION_TOKENS)
-        produced = produced if isinstance(produced, torch.Tensor) else torch.as_tensor(produced)
-        same = produced.shape == expected.shape and bool((produced == expected).all())
-        detail = f"{GENERATION_TOKENS} greedy tokens {'match' if same else 'differ from'} eager"
-        cell["generation"] = {"status": "pass" if same else "fail", "detail": detail}
-        if not same:
-            raise OutputMismatch(f"{detail}: {produced.tolist()} != {expected.tolist()}")
+        eos = token_id_list(reference.generation_config.eos_token_id)
+        produced = greedy_tokens(runtime_step(program, prompt, backend), prompt, GENERATION_TOKENS, eos)
+        _compare_tokens(produced, expected, cell, "export_module")

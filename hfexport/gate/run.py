@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import changes, report, views
+from . import changes, health, report, views
 from .cache import ResultCache
 from .cache import environment as cache_environment
 from .cells import BACKENDS, FAILURE_STATUSES, SHARED_TRACE_BACKENDS, Cell, Frame, in_shard
@@ -54,9 +54,14 @@ class CheckOptions:
     report_fixed: bool = False
     cache_dir: Path | None = None  # the result cache (see cache.py); None: run every cell
     budget_minutes: float | None = None  # past it no more cells start; the rest are "not_run"
+    export_health: bool = True  # passing cells run at base too, their programs compared (health.py)
+    health_thresholds: health.Thresholds = field(default_factory=health.Thresholds)
+    fail_on_health: bool = False  # a health regression fails the gate (exit code 1)
+    record_impact: bool = False  # each result holds the transformers code its job ran (impact.py)
 
     def job_options(self) -> JobOptions:
-        return JobOptions(self.jobs, self.timeout, self.memory_limit_gib, tuple(self.backends), self.engine)
+        options = (self.jobs, self.timeout, self.memory_limit_gib, tuple(self.backends), self.engine)
+        return JobOptions(*options, impact=self.record_impact)
 
 
 # ── Selection ──
@@ -135,6 +140,8 @@ def _job(cell: Cell, selected: changes.SelectedClass, options: CheckOptions) -> 
         "module": selected.module,
         "backend": cell.backend,
         "generation": options.generation,
+        # A recorded result is cached under keys of its own: a result kept without a record never answers for one.
+        **({"impact": True} if options.record_impact else {}),
     }
 
 
@@ -169,6 +176,7 @@ def _run_cells(
     options: CheckOptions,
     on_result: Callable[[Cell, dict[str, Any]], None],
     deadline: float | None = None,
+    store: health.ProgramStore | None = None,
 ) -> None:
     """Run (cell, class) pairs on a worker; ``on_result(cell, result)`` as each finishes (in finishing order).
 
@@ -190,7 +198,14 @@ def _run_cells(
         groups = _longest_first(groups, jobs, cache)
     running = worker.get()
     running.warm(sorted({cells[i][1].module for i in to_run if cells[i][1].module}))
-    class_jobs = [{**jobs[group[0]], "backends": [jobs[i]["backend"] for i in group]} for group in groups]
+    class_jobs = [
+        {
+            **jobs[group[0]],
+            "backends": [jobs[i]["backend"] for i in group],
+            **(store.job_fields(jobs[group[0]]["model_class"]) if store else {}),
+        }
+        for group in groups
+    ]
     for position, backend, result in running.run(class_jobs, deadline):
         index = next(i for i in groups[position] if jobs[i]["backend"] == backend)
         if cache:
@@ -299,8 +314,10 @@ def run_check(
     options: CheckOptions,
     echo: Callable[[str], None] = print,
     pr: dict[str, Any] | None = None,
+    on_outcome: Callable[[Cell, dict[str, Any]], None] | None = None,
 ) -> report.Report:
-    """Run the gate and return the finalized report (``exit_code`` 0 or 1)."""
+    """Run the gate and return the finalized report (``exit_code`` 0 or 1); ``on_outcome(cell, result)`` sees each
+    head result whole (``impact build`` takes its impact record)."""
     budget = options.budget_minutes
     deadline = None if budget is None else time.monotonic() + budget * 60
     if options.engine == "transformers":
@@ -314,6 +331,11 @@ def run_check(
         "base": target.base,
         "head": target.head_sha,
     }
+    # The head's saved programs, kept for the base jobs to time theirs against (export health).
+    programs = (
+        tempfile.TemporaryDirectory(prefix="hfexport-programs-") if options.export_health and target.base else None
+    )
+    store = health.ProgramStore(Path(programs.name)) if programs else None
     with _code_at(target, target.head) as head_code:
         head_worker = _LazyWorker(head_code, options)
         try:
@@ -340,6 +362,8 @@ def run_check(
             def record(cell: Cell, outcome: dict[str, Any]) -> None:
                 nonlocal done
                 cell.apply_result(outcome)
+                if on_outcome is not None:
+                    on_outcome(cell, outcome)
                 if cell.failed and target.base is None:
                     cell.regression = "new"
                 done += 1
@@ -353,14 +377,19 @@ def run_check(
                 else:
                     to_run.append((cell, selected))
             if to_run:
-                _run_cells(head_worker, to_run, options, record, deadline)
+                _run_cells(head_worker, to_run, options, record, deadline, store)
             repository.update(_transformers_record(head_code))
         finally:
             head_worker.close()
     if target.base is not None:
-        _compare_with_base(target, options, pairs, echo, deadline)
+        _compare_with_base(target, options, pairs, echo, deadline, store and store.for_base())
+    if programs:
+        programs.cleanup()
     result.cells = [cell for cell, _ in pairs]
-    return result.finalize()
+    result.finalize()
+    if options.fail_on_health and result.summary["health_regressions"] and result.exit_code == 0:
+        result.exit_code = 1
+    return result
 
 
 def _transformers_record(code: Path | None) -> dict[str, Any]:
@@ -411,12 +440,14 @@ def _compare_with_base(
     pairs: list[tuple[Cell, changes.SelectedClass]],
     echo: Callable[[str], None],
     deadline: float | None,
+    store: health.ProgramStore | None = None,
 ) -> None:
-    """Run at base what can change the verdict (failing cells; passing ones too with ``report_fixed``).
+    """Run at base what can change the verdict (failing cells; passing ones too with ``report_fixed``), and with a
+    program ``store`` the passing cells, whose programs are compared with the base's (export health).
 
     A failure whose base run the budget left no room for stays new: nothing showed it was there before.
     """
-    wanted = {"pass", *FAILURE_STATUSES} if options.report_fixed else FAILURE_STATUSES
+    wanted = {"pass", *FAILURE_STATUSES} if options.report_fixed or store else FAILURE_STATUSES
     again = [(cell, selected) for cell, selected in pairs if cell.status in wanted]
     if not again:
         return
@@ -429,7 +460,19 @@ def _compare_with_base(
                 _classify_against_base(cell, outcome)
                 verdict = cell.regression or "unchanged"
                 echo(f"  base · {cell.model_class} · {cell.backend}: {outcome.get('status')} -> {verdict}")
+                if store and cell.status == "pass":
+                    _assess_health(cell, outcome, options, echo)
 
-            _run_cells(worker, again, options, record, deadline)
+            _run_cells(worker, again, options, record, deadline, store)
         finally:
             worker.close()
+
+
+def _assess_health(cell: Cell, base: dict[str, Any], options: CheckOptions, echo: Callable[[str], None]) -> None:
+    """Compare a passing cell's program with the base's; the latencies timed together only where neither side came
+    from the result cache (a cached base's timing was against another head)."""
+    cell.base_metrics = health.metrics_from(base.get("metrics")) if base.get("status") == "pass" else None
+    paired = None if cell.cached or base.get("cached") else base.get("paired_latency")
+    health.assess(cell, paired, options.health_thresholds)
+    for what in (cell.health.regressions or []) if cell.health else []:
+        echo(f"  health · {cell.model_class} · {cell.backend}: {what}")
