@@ -1,4 +1,5 @@
-"""Compatibility matrix: the gate on released transformers versions, each unpacked from its wheel into a checkout.
+"""Compatibility matrix: the gate on released transformers versions, each unpacked from its wheel into a checkout,
+and on torch releases, each in a virtual environment of its own.
 
 For each version, ``run`` downloads the wheel (``pip download --no-deps``, reused when already in ``--wheel-dir``),
 unpacks its ``transformers/`` package into ``src/transformers/`` of a fresh temporary git repository and commits it.
@@ -9,14 +10,22 @@ jobs import the release's code, not the installed transformers. Two runs per ver
 - ``change``: a comment appended to ``modeling_<TYPE>.py`` and committed, then ``hfexport check --base HEAD~1``,
   which selects every class of that model type and runs failing cells again on the untouched release.
 
-Each run leaves ``RESULTS/<version>/<run>/`` with the gate's ``report.json`` (and ``report.md``, ``junit.xml``),
-``gate.log`` and ``compat.json`` (the command, its exit code, wall time and the package versions used). ``render``
-turns the reports into ``docs/compatibility.md``; it reads nothing else, so re-rendering gives the same document.
+The torch axis (``--torch 2.14.1,2.15.0``) runs the same on each torch release: the gate runs in a virtual
+environment ``VENV_DIR/torch-<version>`` holding that torch, hfexport (editable, this checkout) and the rest of
+``constraints.txt``'s pinned set, built on first use (``PIP_CONSTRAINT`` set for that install only: it replaces a
+machine-wide constraint) and reused after; a torch the running Python already holds runs there, with none to build.
+
+Each run leaves ``RESULTS/<version>/<run>/`` (``RESULTS/torch-<torch>/<version>/<run>/`` on the torch axis) with the
+gate's ``report.json`` (and ``report.md``, ``junit.xml``), ``gate.log`` and ``compat.json`` (the command, its exit
+code, wall time and the package versions used). ``render`` turns the reports into ``docs/compatibility.md``: one part
+per axis, each a pure function of its reports; an axis without results under ``RESULTS`` keeps its part of the
+document as it is (so a torch run need not redo the transformers releases), and re-rendering gives the same document.
 ``ci`` is the CI job: the release just before the pin of ``constraints.txt`` and the newest release, on the
 representative set with dynamo and onnx; it fails on tool errors or missing reports, not on model failures.
 
     python scripts/compat_check.py run 5.22.0 5.23.0 5.24.0 --backends dynamo,onnx,executorch -j 2
     python scripts/compat_check.py run 5.22.0 --backends dynamo --runs change --change-model bert
+    python scripts/compat_check.py run 5.25.0 --torch 2.13.0,2.14.1,2.15.0 --backends dynamo,onnx,executorch -j 2
     python scripts/compat_check.py render
     python scripts/compat_check.py ci -j 2
 """
@@ -49,6 +58,9 @@ RUNS = {"representative": "Representative set", "change": "One-model change"}
 DEFAULT_RESULTS = ROOT / "build" / "compat"
 DEFAULT_DOC = ROOT / "docs" / "compatibility.md"
 DEFAULT_WHEEL_DIR = Path(os.environ.get("HFEXPORT_WHEEL_DIR") or Path.home() / ".cache" / "hfexport" / "wheels")
+DEFAULT_VENV_DIR = Path(os.environ.get("HFEXPORT_VENV_DIR") or Path.home() / ".cache" / "hfexport" / "venvs")
+TORCH_AXIS = "torch-"  # RESULTS/torch-<torch version>/...: runs on the torch axis
+TORCH_PART = "<!-- compat_check: torch releases -->"  # where the document's torch part starts
 CI_BACKENDS = ("dynamo", "onnx")
 PACKAGES = ("torch", "onnx", "onnxscript", "onnxruntime", "executorch", "transformers", "hfexport")
 FAILED = frozenset({"fail", "crash", "timeout", "oom", "error"})
@@ -175,6 +187,64 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def package_versions_of(python: str) -> dict[str, str]:
+    """``package_versions()`` as the interpreter ``python`` (a torch release's environment) sees them."""
+    if python == sys.executable:
+        return package_versions()
+    code = f"import json, runpy; print(json.dumps(runpy.run_path({__file__!r})['package_versions']()))"
+    result = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+# ── Torch releases: one virtual environment each ──
+
+
+def pinned_set_with_torch(version: str, constraints: Path = ROOT / "constraints.txt") -> str:
+    """``constraints.txt`` with its torch pin replaced by ``version``: the known-good set on another torch."""
+    _parse_version(version)
+    lines = [line for line in constraints.read_text().splitlines() if not re.match(r"torch\s*==", line)]
+    return "\n".join([*lines, f"torch=={version}"]) + "\n"
+
+
+def running_torch() -> str | None:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _same_release(installed: str | None, wanted: str) -> bool:
+    return installed is not None and Version(installed).public == Version(wanted).public  # 2.13.0+cpu is 2.13.0
+
+
+def torch_python(version: str, venv_dir: Path, echo: Echo = print) -> str:
+    """The interpreter the gate runs on for torch ``version``: this one when it holds that torch, else the Python of
+    ``venv_dir/torch-<version>``, built on first use and reused while this checkout and its pinned set are the same."""
+    wanted = _parse_version(version)
+    if _same_release(running_torch(), version):
+        return sys.executable
+    venv = venv_dir / f"torch-{wanted}"
+    python, ready = venv / "bin" / "python", venv / "hfexport-ready.json"
+    pinned = pinned_set_with_torch(str(wanted))
+    identity = {"root": str(ROOT), "pinned": pinned}
+    if python.exists() and ready.exists() and json.loads(ready.read_text()) == identity:
+        return str(python)
+    echo(f"torch {version}: building {venv} (torch, hfexport[all] and the pinned set)")
+    ready.unlink(missing_ok=True)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    (venv / "constraints.txt").write_text(pinned)
+    # For this install only: a machine-wide constraint (one capping torch, say) would refuse the torch asked for.
+    env = {**os.environ, "PIP_CONSTRAINT": str(venv / "constraints.txt")}
+    command = [str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[all]"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if result.returncode:
+        lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
+        raise UsageError(f"torch {version}: pip install failed: {lines[-1] if lines else 'no output'}")
+    ready.write_text(json.dumps(identity))
+    return str(python)
+
+
 def gate_args(run: str) -> list[str]:
     """The gate's selection for a run kind (the change run's model type is in the committed diff)."""
     return ["--models", "representative"] if run == "representative" else ["--base", "HEAD~1"]
@@ -207,18 +277,32 @@ def _stream(command: list[str], cwd: Path, log: Path, echo: Echo) -> tuple[int, 
     return process.wait(), last
 
 
+def step_dir(results: Path, version: str, run: str, torch: str | None = None) -> Path:
+    """Where a gate run writes: ``RESULTS/<version>/<run>``, under ``RESULTS/torch-<torch>/`` on the torch axis."""
+    return (results / f"{TORCH_AXIS}{torch}" if torch else results) / version / run
+
+
 def run_step(
-    version: str, run: str, checkout: Path, options: argparse.Namespace, echo: Echo, clock: Callable[[], str]
+    version: str,
+    run: str,
+    checkout: Path,
+    options: argparse.Namespace,
+    echo: Echo,
+    clock: Callable[[], str],
+    torch: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One gate run on ``checkout``; writes ``compat.json`` beside the gate's reports and returns it."""
-    report_dir = (options.results / version / run).resolve()
+    """One gate run on ``checkout``; writes ``compat.json`` beside the gate's reports and returns it. ``torch``: the
+    torch axis's (version, interpreter) to run the gate with instead of this Python."""
+    python = torch[1] if torch else sys.executable
+    report_dir = step_dir(options.results, version, run, torch[0] if torch else None).resolve()
     shutil.rmtree(report_dir, ignore_errors=True)  # a stale report.json must not pass for this run's
     report_dir.mkdir(parents=True)
     selection = gate_args(run)
     tail = ["--backends", ",".join(options.backends), "-j", str(options.jobs), "--report-dir", str(report_dir)]
-    echo(f"[{clock()}] transformers {version} · {run}: hfexport check {' '.join(selection + tail[:-2])}")
+    label = f"transformers {version}" + (f" · torch {torch[0]}" if torch else "")
+    echo(f"[{clock()}] {label} · {run}: hfexport check {' '.join(selection + tail[:-2])}")
     started = time.monotonic()
-    command = [sys.executable, "-m", "hfexport.cli", "check", *selection, *tail]
+    command = [python, "-m", "hfexport.cli", "check", *selection, *tail]
     exit_code, last = _stream(command, checkout, report_dir / "gate.log", echo)
     meta = {
         "version": version,
@@ -228,10 +312,11 @@ def run_step(
         "exit_code": exit_code,
         "last_line": last,
         "seconds": round(time.monotonic() - started, 1),
-        "packages": package_versions(),
+        "packages": package_versions_of(python),
+        "torch_axis": torch[0] if torch else None,
     }
     (report_dir / "compat.json").write_text(json.dumps(meta, indent=1) + "\n")
-    echo(f"[{clock()}] transformers {version} · {run}: {_step_summary(report_dir, meta)}")
+    echo(f"[{clock()}] {label} · {run}: {_step_summary(report_dir, meta)}")
     return meta
 
 
@@ -260,6 +345,10 @@ def run_matrix(options: argparse.Namespace, echo: Echo = print) -> list[dict[str
         echo(f"[{clock()}] transformers {version}: wheel {wheels[version]}")
         if "change" in options.runs:
             require_model(version, wheels[version], options.change_model)
+    torches: list[tuple[str, str] | None] = [None]  # None: this Python, the transformers axis
+    if options.torch:
+        torches = [(torch, torch_python(torch, options.venv_dir, echo)) for torch in options.torch]
+        echo(f"[{clock()}] torch {', '.join(options.torch)}: {', '.join(python for _, python in torches)}")
     steps = []
     for version in options.versions:
         scratch = Path(tempfile.mkdtemp(prefix=f"compat-{version}-")).resolve()
@@ -269,7 +358,7 @@ def run_matrix(options: argparse.Namespace, echo: Echo = print) -> list[dict[str
             for run in options.runs:
                 if run == "change":
                     touch_model(checkout, options.change_model)
-                steps.append(run_step(version, run, checkout, options, echo, clock))
+                steps += [run_step(version, run, checkout, options, echo, clock, torch) for torch in torches]
         finally:
             if not options.keep:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -310,7 +399,7 @@ def ci_problems(results: Path, steps: list[dict[str, Any]]) -> list[str]:
     problems = []
     for meta in steps:
         where = f"transformers {meta['version']} · {meta['run']}"
-        path = results / meta["version"] / meta["run"] / "report.json"
+        path = step_dir(results, meta["version"], meta["run"], meta.get("torch_axis")) / "report.json"
         if not path.exists():
             problems.append(f"{where}: no report (exit {meta['exit_code']}: {meta['last_line']})")
             continue
@@ -341,14 +430,28 @@ def outcome(cell: dict[str, Any]) -> str:
 
 
 def load_results(results: Path) -> list[dict[str, Any]]:
-    """One entry per ``RESULTS/<version>/<run>/``, oldest version first: version, run, report and compat.json."""
+    """One entry per ``RESULTS/<version>/<run>/`` and then per ``RESULTS/torch-<torch>/<version>/<run>/``, oldest
+    torch and version first: torch (None off the torch axis), version, run, report and compat.json."""
+    torches = [d for d in _subdirectories(results) if _is_version(d.name.removeprefix(TORCH_AXIS))]
+    entries = _load_axis(results, None)
+    for torch_dir in sorted(torches, key=lambda d: Version(d.name.removeprefix(TORCH_AXIS))):
+        entries += _load_axis(torch_dir, torch_dir.name.removeprefix(TORCH_AXIS))
+    return entries
+
+
+def _subdirectories(directory: Path) -> list[Path]:
+    return [d for d in directory.iterdir() if d.is_dir()] if directory.is_dir() else []
+
+
+def _load_axis(directory: Path, torch: str | None) -> list[dict[str, Any]]:
     entries = []
-    versions = [d for d in results.iterdir() if d.is_dir() and _is_version(d.name)] if results.is_dir() else []
+    versions = [d for d in _subdirectories(directory) if _is_version(d.name)]
     for version_dir in sorted(versions, key=lambda d: Version(d.name)):
         for run in RUNS:
             report, meta = (_read_json(version_dir / run / name) for name in ("report.json", "compat.json"))
             if report is not None or meta is not None:
-                entries.append({"version": version_dir.name, "run": run, "report": report, "meta": meta or {}})
+                entry = {"torch": torch, "version": version_dir.name, "run": run, "report": report}
+                entries.append({**entry, "meta": meta or {}})
     return entries
 
 
@@ -382,12 +485,23 @@ def _first_error_line(cell: dict[str, Any]) -> str:
     return f"`{_cell_text(error)}`{where}" if error else "—"
 
 
+def _label_titles(entries: list[dict[str, Any]]) -> list[str]:
+    return ["torch", "transformers"] if any(e["torch"] for e in entries) else ["transformers"]
+
+
+def _labels(entry: dict[str, Any]) -> list[str]:
+    """The row's versions: the transformers release, after the torch the run recorded on the torch axis."""
+    if not entry["torch"]:
+        return [entry["version"]]
+    return [entry["meta"].get("packages", {}).get("torch") or entry["torch"], entry["version"]]
+
+
 def _counts_table(entries: list[dict[str, Any]], run: str) -> list[str]:
     rows = [e for e in entries if e["run"] == run]
     skipped = any(outcome(c) == "skipped" for e in rows for c in _cells(e))
     columns = [k for k in OUTCOMES if k != "skipped" or skipped]
     new = run == "change"  # only a range has a base to tell new failures from pre-existing ones
-    header = ["transformers", "backend", *(COLUMN_TITLES[k] for k in columns), *(["new failures"] * new)]
+    header = [*_label_titles(rows), "backend", *(COLUMN_TITLES[k] for k in columns), *(["new failures"] * new)]
     header += ["gate exit", "gate s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for entry in rows:
@@ -400,7 +514,7 @@ def _count_rows(entry: dict[str, Any], columns: list[str], new: bool) -> list[st
     tail = [str(meta.get("exit_code", "—")), f"{meta['seconds']:.0f}" if "seconds" in meta else "—"]
     if report is None:
         reason = f"no report: {_cell_text(meta.get('last_line', ''), 100)}"
-        return ["| " + " | ".join([entry["version"], reason, *["—"] * (len(columns) + new), *tail]) + " |"]
+        return ["| " + " | ".join([*_labels(entry), reason, *["—"] * (len(columns) + new), *tail]) + " |"]
     rows = []
     for backend in report.get("backends", []):
         cells = [c for c in report["cells"] if c["backend"] == backend]
@@ -408,7 +522,7 @@ def _count_rows(entry: dict[str, Any], columns: list[str], new: bool) -> list[st
         values = [str(counts[k]) for k in columns]
         if new:
             values.append(str(sum(outcome(c) == "failed" and c.get("regression") == "new" for c in cells)))
-        rows.append("| " + " | ".join([entry["version"], backend, *values, *tail]) + " |")
+        rows.append("| " + " | ".join([*_labels(entry), backend, *values, *tail]) + " |")
     return rows
 
 
@@ -423,10 +537,8 @@ def _status(cell: dict[str, Any], run: str) -> str:
 
 
 def _problem_rows(entries: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "| transformers | run | class | backend | status | stage | first error line |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = [*_label_titles(entries), "run", "class", "backend", "status", "stage", "first error line"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for entry in entries:
         for cell in _cells(entry):
             if outcome(cell) == "passed":
@@ -434,7 +546,7 @@ def _problem_rows(entries: list[dict[str, Any]]) -> list[str]:
             skipped = outcome(cell) == "skipped"
             detail = _cell_text(cell.get("skip_reason") or "") if skipped else _first_error_line(cell)
             lines.append(
-                f"| {entry['version']} | {entry['run']} | {cell['model_class']} | {cell['backend']} "
+                f"| {' | '.join(_labels(entry))} | {entry['run']} | {cell['model_class']} | {cell['backend']} "
                 f"| {_status(cell, entry['run'])} | {_cell_text(cell.get('stage') or '—', 60)} | {detail} |"
             )
     return lines if len(lines) > 2 else ["None: every cell passed."]
@@ -456,6 +568,8 @@ def rerun_command(entries: list[dict[str, Any]]) -> str:
     backends = [b for b in BACKENDS if b in used] or list(BACKENDS)
     runs = list(dict.fromkeys(e["run"] for e in entries))
     parts = ["python scripts/compat_check.py run", *versions, "--backends", ",".join(backends)]
+    if torches := list(dict.fromkeys(e["torch"] for e in entries if e["torch"])):
+        parts += ["--torch", ",".join(torches)]
     if runs != list(RUNS):
         parts += ["--runs", ",".join(runs)]
     if _change_types(entries) not in ([], ["llama"]):
@@ -537,12 +651,45 @@ def render_text(entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_torch_text(entries: list[dict[str, Any]]) -> str:
+    """The document's torch part: a pure function of the torch axis's reports and compat.json files."""
+    dates = sorted(e["report"]["created_at"] for e in entries if e["report"] and e["report"].get("created_at"))
+    lines = [
+        TORCH_PART,
+        "## torch releases",
+        "",
+        "The same runs on each torch release, in a virtual environment of its own holding that torch, hfexport and the",
+        "rest of `constraints.txt`'s pinned set (a torch the running Python holds runs there): the torch range that",
+        "`pyproject.toml` declares stops above the newest torch passing here.",
+        "",
+        f"Results of {dates[-1] if dates else 'no run'}. " + " ".join(_environment(entries)),
+        "",
+        "CI runs the representative set on torch 2.14.1 (dynamo and onnx; tests/test_torch_releases.py).",
+        "",
+        "Rerun:",
+        "",
+        "```bash",
+        rerun_command(entries),
+        "```",
+        "",
+    ]
+    for run, title in RUNS.items():
+        if any(e["run"] == run for e in entries):
+            lines += [f"### {title}", "", *_counts_table(entries, run), ""]
+    lines += ["### Cells that did not pass", "", *_problem_rows(entries), ""]
+    return "\n".join(lines)
+
+
 def render(results: Path, output: Path) -> str:
-    """Write the document from the results under ``results``; return its text."""
+    """Write the document from the results under ``results``; return its text. An axis with no results there keeps
+    its part of the document at ``output`` as it is."""
     entries = load_results(results)
     if not entries:
         raise UsageError(f"no results under {results}: run `compat_check.py run VERSION...` first")
-    text = render_text(entries)
+    releases, torches = [e for e in entries if not e["torch"]], [e for e in entries if e["torch"]]
+    kept_releases, start, kept_torches = (output.read_text() if output.exists() else "").partition(TORCH_PART)
+    text = render_text(releases) if releases else kept_releases
+    text += render_torch_text(torches) if torches else start + kept_torches
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     return text
@@ -562,6 +709,16 @@ def _csv(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     return parse
 
 
+def _versions(value: str) -> list[str]:
+    versions = list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    for version in versions:
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise argparse.ArgumentTypeError(f"{version!r} is not a version number") from None
+    return versions
+
+
 def _positive(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
@@ -576,6 +733,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backends", type=_csv(BACKENDS), default=list(BACKENDS), help="comma-separated")
     run.add_argument("--runs", type=_csv(tuple(RUNS)), default=list(RUNS), help="representative, change or both")
     run.add_argument("--change-model", default="llama", metavar="TYPE", help="model type the change run touches")
+    run.add_argument(
+        "--torch",
+        type=_versions,
+        metavar="VERSIONS",
+        help="comma-separated torch releases: run on each one (the torch axis) instead of this Python's torch",
+    )
+    run.add_argument("--venv-dir", type=Path, default=DEFAULT_VENV_DIR, help="where each torch's environment lives")
     ci = commands.add_parser("ci", help="the release before the pin and the newest one, representative set only")
     ci.add_argument("--versions", type=lambda v: v.split(","), help="comma-separated, instead of the pin's neighbours")
     render_cmd = commands.add_parser("render", help="write the document from the results")
@@ -625,7 +789,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _missing_reports(results: Path, steps: list[dict[str, Any]]) -> list[str]:
     return [
-        f"{s['version']}/{s['run']}" for s in steps if not (results / s["version"] / s["run"] / "report.json").exists()
+        str(path.relative_to(results))
+        for path in (step_dir(results, s["version"], s["run"], s.get("torch_axis")) for s in steps)
+        if not (path / "report.json").exists()
     ]
 
 

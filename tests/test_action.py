@@ -259,7 +259,8 @@ def test_run_steps_execute_as_written(tmp_path):
     assert results_key["key"].startswith(results_key["restore-key"])
     assert any((runner_temp / "hfexport-results").rglob("*.json")), "check wrote no result cache entry"
     key = context["steps"]["pip-cache"]["outputs"]["key"]
-    assert re.fullmatch(r"hfexport-pip-Linux-py3\.11-dynamo-[0-9a-f]{16}", key)
+    torch = re.escape(ACTION["inputs"]["torch-version"]["default"])
+    assert re.fullmatch(rf"hfexport-pip-Linux-py3\.11-torch{torch}-dynamo-[0-9a-f]{{16}}", key)
     assert "not a transformers checkout" in logs["Install the transformers checkout"]  # a partial checkout
     check = context["steps"]["check"]["outputs"]
     report_path = Path(check["report-path"])
@@ -381,3 +382,48 @@ def test_readme_installs_select_the_cpu_wheels_the_action_uses_and_name_the_repo
     assert len(installs) == 2 and all(f"--extra-index-url {index}" in line for line in installs), installs
     first_run = next(line for line in commands if line.startswith("hfexport check"))
     assert "--report-dir" in first_run  # where report.json, report.md and junit.xml are written
+
+
+def _install_step(tmp_path: Path, torch_version: str, **env: str) -> subprocess.CompletedProcess:
+    """The "Install hfexport" step as written, with ``torch-version`` given and pip's options set through ``env``."""
+    step = next(s for s in STEPS if s["name"] == "Install hfexport")
+    venv = _python_of_its_own(tmp_path / "venv")
+    (tmp_path / "runner-temp").mkdir()
+    inputs = {"backends": "dynamo", "torch-index-url": "", "torch-version": torch_version}
+    step_env = {k: interpolate(v, {"inputs": inputs}) for k, v in step["env"].items()}
+    base = {"PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "HOME": os.environ.get("HOME", str(tmp_path))}
+    paths = {"GITHUB_ACTION_PATH": str(_action_copy(tmp_path / "action")), "RUNNER_TEMP": str(tmp_path / "runner-temp")}
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        env={**base, **paths, **step_env, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_torch_version_defaults_to_the_pin_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    pin = re.search(r"^torch==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M).group(1)
+    assert ACTION["inputs"]["torch-version"]["default"] == pin
+    result = _install_step(tmp_path, "2.15.0\n--index-url=https://evil.example")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("torch-version: '2.15.0")
+    assert "is not a torch release (like 2.15.0 or 2.16.0rc1)" in result.stderr
+
+
+@pytest.mark.slow  # 35 s: pip reads the package index (test_torch_releases.py installs 2.14.1 the same way in CI)
+def test_torch_version_installs_that_torch_with_the_rest_of_the_pinned_set(tmp_path: Path) -> None:
+    # pip's own resolver, dry run, against this machine's index (which holds torch 2.14.1's wheel and CUDA wheels).
+    report = tmp_path / "pip-report.json"
+    env = {"PIP_DRY_RUN": "1", "PIP_REPORT": str(report), "PIP_QUIET": "1", "PIP_NO_BUILD_ISOLATION": "0"}
+    result = _install_step(tmp_path, "2.14.1", **env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    constraints = (tmp_path / "runner-temp" / "hfexport-constraints.txt").read_text().splitlines()
+    assert [line for line in constraints if line.startswith("torch==")] == ["torch==2.14.1"]
+    pinned = (ROOT / "constraints.txt").read_text().splitlines()
+    assert set(constraints) - {"torch==2.14.1"} == {line for line in pinned if not line.startswith("torch==")}
+    installs = {
+        item["metadata"]["name"]: item["metadata"]["version"] for item in json.loads(report.read_text())["install"]
+    }
+    assert installs["torch"] == "2.14.1"
+    assert installs.keys().isdisjoint({"transformers", "onnx", "executorch"})  # the rest: the pinned set, as installed

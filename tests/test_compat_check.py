@@ -6,6 +6,7 @@ The wheels come from ``$HFEXPORT_WHEEL_DIR`` (or ``~/.cache/hfexport/wheels``); 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,56 @@ def test_ci_releases_around_the_pin_have_no_tool_errors(tmp_path: Path) -> None:
         data = json.loads((tmp_path / version / "representative" / "report.json").read_text())
         assert data["repository"]["transformers_version"] == version
         assert {c["status"] for c in data["cells"]} <= {"pass", "fail"}, data["cells"]
+
+
+def _write_torch_axis(results: Path) -> None:
+    """5.25.0's representative set on torch 2.14.1 (every cell passes) and 2.15.0 (one failure), as run_step writes."""
+    models = {"mode": "models", "model_types": ["llama"], "representative": True, "reason": "--models x"}
+    for torch, onnx_status in (("2.14.1", "pass"), ("2.15.0", "fail")):
+        cells = [
+            _cell("LlamaForCausalLM", "dynamo", "pass"),
+            _cell("LlamaForCausalLM", "onnx", onnx_status, stage="onnx · export", error_type="RuntimeError", error="x"),
+        ]
+        report = _report(["dynamo", "onnx"], cells, models, f"2026-12-05T1{torch[-1]}:00:00Z")
+        step = results / f"torch-{torch}" / "5.25.0" / "representative"
+        step.mkdir(parents=True)
+        (step / "report.json").write_text(json.dumps(report))
+        meta = {"exit_code": 0, "seconds": 30.0, "packages": {"torch": f"{torch}+cu132", "onnx": "1.23.2"}}
+        (step / "compat.json").write_text(json.dumps({**meta, "torch_axis": torch}))
+
+
+def test_torch_axis_renders_its_own_part_and_keeps_the_other(tmp_path: Path) -> None:
+    compat = load_script("compat_check")
+    doc = tmp_path / "compatibility.md"
+    _write_results(tmp_path / "releases")
+    releases = compat.render(tmp_path / "releases", doc)
+    _write_torch_axis(tmp_path / "torches")
+    text = compat.render(tmp_path / "torches", doc)  # no release results there: the releases' part stays as it was
+    assert text.startswith(releases) and text == doc.read_text()
+    torch_part = text.removeprefix(releases)
+    assert torch_part.startswith(compat.TORCH_PART + "\n## torch releases\n")
+    assert (
+        "| torch | transformers | backend | passed | failed | tool errors | not checked | gate exit | gate s |" in text
+    )
+    assert "| 2.14.1+cu132 | 5.25.0 | onnx | 1 | 0 | 0 | 0 | 0 | 30 |" in text
+    assert "| 2.15.0+cu132 | 5.25.0 | onnx | 0 | 1 | 0 | 0 | 0 | 30 |" in text
+    assert "| 2.15.0+cu132 | 5.25.0 | representative | LlamaForCausalLM | onnx | fail | onnx · export |" in text
+    assert "python scripts/compat_check.py run 5.25.0 --backends dynamo,onnx --runs representative --torch" not in text
+    assert "python scripts/compat_check.py run 5.25.0 --backends dynamo,onnx --torch 2.14.1,2.15.0 --runs" in text
+    assert compat.render(tmp_path / "releases", doc) == text  # and the other way round: the torch part stays
+    assert compat.render(tmp_path / "torches", doc) == text  # reproducible
+
+
+def test_torch_axis_environments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    compat = load_script("compat_check")
+    pinned = compat.pinned_set_with_torch("2.15.0")
+    assert [line for line in pinned.splitlines() if line.startswith("torch==")] == ["torch==2.15.0"]
+    assert "transformers==" in pinned and "executorch==" in pinned  # the rest of the known-good set
+    installed = compat.running_torch()
+    assert compat.torch_python(installed, tmp_path) == sys.executable  # this Python's torch: nothing to build
+    assert not any(tmp_path.iterdir())
+    argv = ["run", "5.25.0", "--torch", "2.15,next", "--results", str(tmp_path)]
+    with pytest.raises(SystemExit) as exited:
+        compat.main(argv)
+    assert exited.value.code == 2
+    assert "'next' is not a version number" in capsys.readouterr().err
