@@ -23,15 +23,22 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cells import Cell
+    from .run import CheckOptions, Target
 
 MAP_SCHEMA = 1
 MAP_KIND = "hfexport-impact-map"
 MAX_MAP_BYTES = 512 << 20  # a map for every class of a release is tens of MiB; past this it is not a map
 MAX_NAME = 1000  # longest module, qualified name or path a map may hold
+# Recording edits 3.11 bytecode (impact_recorder.py); elsewhere checks run unrecorded and maps cannot be built.
+RECORDING_PYTHON = (3, 11)
 
 
 @dataclass(frozen=True)
@@ -302,6 +309,35 @@ def default_map(cache_dir: Path | None, expect: dict[str, str | None]) -> Impact
         except ImpactMapError:
             continue  # a corrupted entry: that class may still have others; selection treats missing as unmapped
     return found if found.records else None
+
+
+def build_map(target: Target, options: CheckOptions, echo: Callable[[str], None] = print) -> ImpactMap:
+    """Run ``target``'s selection as ``check`` would, recording, and return the map of what each class ran."""
+    from .run import run_check
+
+    if sys.version_info[:2] != RECORDING_PYTHON:
+        raise ImpactMapError(f"impact maps are recorded on Python {'.'.join(map(str, RECORDING_PYTHON))} only")
+    options.record_impact = True
+    built = ImpactMap(expected_versions(target.checkout))
+
+    def keep(cell: Cell, outcome: dict[str, Any]) -> None:
+        record = outcome.get("impact")
+        if isinstance(record, dict) and record.get("versions") == built.versions:
+            built.add(cell.model_class, record)
+
+    run_check(target, options, echo, on_outcome=keep)
+    return built
+
+
+def merge_files(paths: list[Path]) -> ImpactMap:
+    """One map from the maps of several shards (``impact build --shard K/N``): all of one set of versions."""
+    merged = ImpactMap.load(paths[0])
+    for path in paths[1:]:
+        other = ImpactMap.load(path)
+        if other.versions != merged.versions:
+            raise ImpactMapError(f"impact map {path}: versions {other.versions}, {paths[0]} has {merged.versions}")
+        merged.merge(other)
+    return merged
 
 
 def _cache_entries(cache_dir: Path) -> Iterable[Any]:

@@ -38,6 +38,7 @@ class JobOptions:
     memory_limit_gib: float = 16.0
     backends: tuple[str, ...] = ("dynamo",)
     engine: str = "hfexport"
+    impact: bool = False  # record what transformers code each job runs (impact_recorder.py)
 
 
 def hfexport_dir(root: Path | None) -> Path:
@@ -79,6 +80,7 @@ class WorkerProcess:
             f"--backends={','.join(options.backends)}",
             f"--engine={options.engine}",
             f"--log-dir={self.log_dir}",
+            *(["--impact"] if options.impact else []),
         ]
         env = dict(os.environ, PYTHONPATH=_python_path(root), PYTHONUNBUFFERED="1")
         with open(self.stderr_path, "w") as stderr:

@@ -35,9 +35,12 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hfexport.gate.cells import NOT_RUN
+
+if TYPE_CHECKING:
+    from hfexport.gate.impact_recorder import ImpactRecorder
 
 
 class CheckoutOverlay(importlib.abc.MetaPathFinder):
@@ -138,9 +141,11 @@ class Child:
     data: bytes = b""
 
 
-def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.Namespace) -> None:
-    """In the forked child: limits, quiet output, the job's cells, each on the pipe as one JSON line once it is done.
-    Never returns."""
+def _run_child(
+    job: dict[str, Any], write_fd: int, log: Path, options: argparse.Namespace, recorder: ImpactRecorder | None
+) -> None:
+    """In the forked child: limits, quiet output, the job's cells, each on the pipe as one JSON line once it is done;
+    with a ``recorder``, each cell holds the transformers code its job ran (``cell["impact"]``). Never returns."""
     status = 0
     pending = list(job["backends"])
     try:
@@ -152,6 +157,8 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
         if limit > 0:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         gc.enable()
+        if recorder is not None:
+            recorder.reset()
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // options.jobs))
@@ -163,6 +170,8 @@ def _run_child(job: dict[str, Any], write_fd: int, log: Path, options: argparse.
             _write_line(write_fd, {"started": pending[0]})
             cell = next(cells)
             cell["sources"] = _sources(job, options, before)
+            if recorder is not None:
+                cell["impact"] = recorder.record(cell["sources"])
             _write_line(write_fd, {"backend": pending.pop(0), "cell": cell})
     except MemoryError:
         cell = {"status": "oom", "stage": None, "error_type": "MemoryError", "error": "out of memory"}
@@ -241,8 +250,9 @@ def _death_cell(child: Child, wait_status: int, timed_out: bool, options: argpar
 
 
 class Worker:
-    def __init__(self, options: argparse.Namespace, out: Any):
+    def __init__(self, options: argparse.Namespace, out: Any, recorder: ImpactRecorder | None = None):
         self.options = options
+        self.recorder = recorder
         self.out = out
         # (job id, job, the monotonic time past which it must not start, if the run has a budget)
         self.queue: list[tuple[int, dict[str, Any], float | None]] = []
@@ -260,6 +270,8 @@ class Worker:
             self.send(resolve(request.get("names", []), request.get("all", False)))
         elif op == "warm":
             warm(request.get("modules", []))
+            if self.recorder is not None:
+                self.recorder.instrument_loaded()
             self.send({"op": "warmed"})
         elif op == "run":
             seconds_left = request.get("seconds_left")
@@ -278,7 +290,7 @@ class Worker:
             pid = os.fork()
             if pid == 0:
                 os.close(read_fd)
-                _run_child(job, write_fd, log, self.options)
+                _run_child(job, write_fd, log, self.options, self.recorder)
             os.close(write_fd)
             os.set_blocking(read_fd, False)
             now = time.monotonic()
@@ -393,6 +405,7 @@ def main() -> None:
     parser.add_argument("--memory-limit", type=float, default=0, help="bytes of address space per job (0: none)")
     parser.add_argument("--backends", default="dynamo")
     parser.add_argument("--engine", default="hfexport")
+    parser.add_argument("--impact", action="store_true", help="record what transformers code each job runs")
     parser.add_argument("--log-dir", required=True)
     options = parser.parse_args()
     gc.disable()  # until a child enables it again: see _freeze_imported
@@ -401,10 +414,16 @@ def main() -> None:
     os.dup2(2, 1)
     install_checkout(_root(options))
     problems = _preload(options.backends.split(","), options.engine)
+    recorder = None
+    if options.impact:
+        from hfexport.gate.impact_recorder import ImpactRecorder
+
+        recorder = ImpactRecorder(_root(options))
+        recorder.instrument_loaded()
     _freeze_imported()
     out.write(json.dumps({"op": "ready", "backend_problems": problems}) + "\n")
     out.flush()
-    Worker(options, out).loop(sys.stdin.fileno())
+    Worker(options, out, recorder).loop(sys.stdin.fileno())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,191 @@
+"""Recording, in the gate worker, which transformers functions and methods a job executed (see ``impact.py``).
+
+Every function of the transformers modules the worker has imported gets one call inserted at its entry, before the
+jobs fork: ``executed.add(number)``, a builtin call on a set (SlipCover's bytecode editor inserts it). A forked child
+empties the set, runs its job and reads the numbers back. Tracers were measured and rejected: on Python 3.11 any
+tracer (``sys.setprofile``, ``sys.settrace``, coverage.py's C tracer, cProfile) slows a whole export 2x or more, as
+the interpreter runs every frame in its slow tracing mode while one is set; a builtin call per transformers function
+call costs next to nothing (``scripts/bench_impact_overhead.py`` measures it).
+
+Lambdas and comprehensions count as the function around them. A module the job itself imports (lazily, mid-export) is
+not instrumented: the record lists it among the job's modules, so module-level selection still sees it.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import CodeType, FunctionType, ModuleType
+from typing import Any
+
+from slipcover.bytecode import (
+    Branch,
+    Editor,
+    ExceptionTableEntry,
+    LineEntry,
+    calc_max_stack,
+    offset2branch,
+    op_CALL,
+    op_LOAD_CONST,
+    op_LOAD_GLOBAL,
+    op_NOP,
+    op_POP_TOP,
+    op_PRECALL,
+    opcode_arg,
+)
+
+from .impact import CodeUnit, ExecutedUnit, expected_versions
+
+PROBE = "__hfexport_executed__"  # the global each instrumented function calls at its start
+
+
+class ImpactRecorder:
+    """Instruments loaded transformers modules once (``instrument_loaded``); per job ``reset`` then ``record``."""
+
+    def __init__(self, root: Path | None):
+        self.root = root
+        self.executed: set[int] = set()
+        self._probe = _probe_adding_to(self.executed)
+        self.units: list[ExecutedUnit] = []
+        self._done: set[str] = set()  # modules already instrumented
+        self._seen: set[int] = set()  # ids of function objects already instrumented
+        self._packages = _package_parents(root)
+
+    def instrument_loaded(self) -> int:
+        """Instrument the functions of every transformers module imported since the last call; returns how many."""
+        before = len(self.units)
+        modules = {
+            getattr(m, "__file__", None): name
+            for name, m in list(sys.modules.items())
+            if _is_transformers(name) and isinstance(m, ModuleType) and name not in self._done
+        }
+        modules.pop(None, None)
+        for file, name in modules.items():
+            self._done.add(name)
+            relative = self._relative(file)
+            for function in _functions_of(sys.modules[name]):
+                if function.__code__.co_filename == file and id(function) not in self._seen:
+                    self._seen.add(id(function))
+                    function.__globals__[PROBE] = self._probe
+                    function.__code__ = self._instrument(function.__code__, name, relative)
+        return len(self.units) - before
+
+    def reset(self) -> None:
+        """Forget what ran so far (in a forked child: what its parent ran)."""
+        self.executed.clear()
+
+    def record(self, sources: list[str]) -> dict[str, Any]:
+        """The job's impact record: the units that ran since ``reset`` and the modules of its ``sources`` (the
+        result cache's list of the transformers files it depended on)."""
+        units = sorted(self.units[n].as_row() for n in self.executed)
+        modules = sorted(filter(None, (_module_of(source) for source in sources)))
+        return {"versions": expected_versions(self.root), "units": units, "modules": modules}
+
+    def _instrument(self, code: CodeType, module: str, file: str) -> CodeType:
+        editor = _EntryEditor(code)
+        for index, constant in enumerate(code.co_consts):
+            if isinstance(constant, CodeType):
+                editor.set_const(index, self._instrument(constant, module, file))
+        if code.co_name.startswith("<"):
+            return editor.finish()
+        lines = [line for _, _, line in code.co_lines() if line]
+        self.units.append(
+            ExecutedUnit(CodeUnit(module, code.co_qualname), file, code.co_firstlineno, max(lines, default=0))
+        )
+        return editor.finish_with_probe(len(self.units) - 1)
+
+    def _relative(self, file: str) -> str:
+        """``transformers/...py``, whether the file is the checkout's or the installed package's."""
+        path = Path(file).resolve()
+        for parent in self._packages:
+            if path.is_relative_to(parent):
+                return path.relative_to(parent).as_posix()
+        return path.as_posix()
+
+
+class _EntryEditor(Editor):
+    """SlipCover's bytecode editor, inserting ``__hfexport_executed__(number)`` where the code starts. The probe is
+    loaded as a global: dynamo (strict exports) traces only literal constants, and calls the probe while tracing
+    (``assume_constant_result``), so what dynamo traces is recorded too."""
+
+    def finish_with_probe(self, number: int) -> CodeType:
+        code = self.orig_code
+        names = code.co_names if PROBE in code.co_names else (*code.co_names, PROBE)
+        insert = bytearray([op_NOP, 0])  # SlipCover's editor keeps a NOP first in each insert
+        insert += bytes(opcode_arg(op_LOAD_GLOBAL, names.index(PROBE) << 1 | 1))  # the low bit pushes NULL first
+        insert += bytes(opcode_arg(op_LOAD_CONST, self.add_const(number)))
+        insert += bytes(opcode_arg(op_PRECALL, 1) + opcode_arg(op_CALL, 1) + [op_POP_TOP, 0])
+        self._insert(next(dis.findlinestarts(code))[0], insert)
+        return self.finish().replace(co_names=names)
+
+    def _insert(self, offset: int, insert: bytearray) -> None:
+        """What ``Editor.insert_function_call`` does with its own call, for ours."""
+        if self.patch is None:
+            self.patch = bytearray(self.orig_code.co_code)
+            self.branches = Branch.from_code(self.orig_code)
+            self.ex_table = ExceptionTableEntry.from_code(self.orig_code)
+            self.lines = LineEntry.from_code(self.orig_code)
+        insert[1] = offset2branch(len(insert) - 2)
+        self.max_addtl_stack = max(self.max_addtl_stack, calc_max_stack(insert))
+        self.patch[offset:offset] = insert
+        for entry in (*self.lines, *self.branches, *self.ex_table):
+            entry.adjust(offset, len(insert))
+        self.inserts.append(offset)
+
+
+def _probe_adding_to(executed: set[int]) -> Callable[[int], None]:
+    import torch
+
+    def probe(number: int) -> None:
+        executed.add(number)
+
+    # Dynamo calls it while it traces (a strict export runs no Python of the model) instead of tracing into it.
+    return torch.compiler.assume_constant_result(probe)
+
+
+def _is_transformers(name: str) -> bool:
+    return name == "transformers" or name.startswith("transformers.")
+
+
+def _package_parents(root: Path | None) -> list[Path]:
+    """Where ``transformers/`` lies: the checkout's ``src`` and the installed package's parent."""
+    import transformers
+
+    parents = [root.resolve() / "src"] if root is not None else []
+    return [*parents, Path(transformers.__file__).resolve().parent.parent]
+
+
+def _module_of(source: str) -> str | None:
+    """``checkout:src/transformers/a/b.py`` or ``site:transformers/a/b.py`` -> ``transformers.a.b``."""
+    parts = Path(source.partition(":")[2]).with_suffix("").parts
+    if "transformers" not in parts:
+        return None
+    dotted = list(parts[parts.index("transformers") :])
+    return ".".join(dotted[:-1] if dotted[-1] == "__init__" else dotted)
+
+
+def _functions_of(module: ModuleType) -> list[FunctionType]:
+    """The functions a module defines: its own, its classes' (static, class and property ones too), and those its
+    decorators wrap (``__wrapped__``), where transformers' ``can_return_tuple`` and friends keep a model's forward."""
+    found: list[FunctionType] = []
+    for value in list(vars(module).values()):
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            for member in list(vars(value).values()):
+                found.extend(_unwrapped(member))
+        else:
+            found.extend(_unwrapped(value))
+    return found
+
+
+def _unwrapped(value: Any) -> list[FunctionType]:
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return [f for accessor in (value.fget, value.fset, value.fdel) for f in _unwrapped(accessor)]
+    chain = []
+    while isinstance(value, FunctionType) and value not in chain:
+        chain.append(value)
+        value = getattr(value, "__wrapped__", None)
+    return chain
