@@ -416,6 +416,18 @@ def _health_thresholds(_ctx: click.Context, _param: click.Parameter, value: str)
     help="Report past: nodes=10 and bytes=10 (percent), latency=1.25 (ratio) beyond latency-floor-ms=0.05.",
 )
 @click.option("--fail-on-health", is_flag=True, help="Exit 1 on a health regression (default: a warning only).")
+@click.option(
+    "--impact-map",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Select the classes whose recorded checks ran the changed code (`hfexport impact build`); default: the "
+    "records the result cache keeps. Classes without a record, or an unusable map, are selected by static analysis.",
+)
+@click.option(
+    "--only",
+    metavar="NAMES",
+    help="Check only the selected classes of these model types or class names, comma-separated (e.g. to re-check "
+    "a few of a large selection).",
+)
 def check(
     files: tuple[Path, ...],
     base: str | None,
@@ -437,6 +449,8 @@ def check(
     health: bool,
     health_thresholds: Thresholds,
     fail_on_health: bool,
+    impact_map: Path | None,
+    only: str | None,
 ) -> None:
     """Export the model classes a change touched on every backend; exit 1 when one is newly broken.
 
@@ -450,7 +464,8 @@ def check(
       hfexport check --models llama,bert,vit --backends dynamo,onnx -j 2 --report-dir out
     """
     from .gate import views as gate_views
-    from .gate.cache import CacheError, default_cache_dir
+    from .gate.cache import CacheError, default_cache_dir, prepare_directory
+    from .gate.impact import recording_supported
     from .gate.run import CheckOptions, GateError, run_check, target_for
     from .github.event import pr_context
 
@@ -459,13 +474,25 @@ def check(
         _fail("pass file names, --models or --all, not several")
     if no_cache and cache_dir is not None:
         _fail("--cache-dir and --no-cache contradict each other")
+    if only and (names or select_all):
+        _fail("--only narrows what a change selects: with --models or --all, name just the classes there")
     cache = None if no_cache else (cache_dir or default_cache_dir())
+    try:
+        if cache is not None:
+            prepare_directory(cache)
+    except CacheError as error:
+        _fail(str(error))
     options = CheckOptions(
         backends, jobs, timeout, memory_limit, engine, generation, shard, report_fixed, cache, budget
     )
     options.export_health, options.health_thresholds, options.fail_on_health = health, health_thresholds, fail_on_health
+    options.record_impact = cache is not None and recording_supported()  # the cache keeps each class's impact record
     try:
-        target = target_for(Path.cwd(), [str(f) for f in files], names, select_all, base, head)
+        target = target_for(
+            Path.cwd(), [str(f) for f in files], names, select_all, base, head, impact_map=impact_map, cache_dir=cache
+        )
+        if only:
+            target.selection.keep_only([name.strip() for name in only.split(",") if name.strip()])
         result = run_check(target, options, echo=_say, pr=pr_context(os.environ))
     except (GateError, CacheError) as error:
         _fail(str(error))
@@ -528,7 +555,12 @@ def impact() -> None:
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1), help="Jobs run in parallel.")
 @click.option("--shard", default="1/1", callback=_shard, help="K/N: record the K-th of N shares (as `check`).")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES", help="As for `check`.")
-@click.option("--no-cache", is_flag=True, help="Run every cell; by default recorded results come from the cache.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The result cache whose recorded results are reused and kept (default: as for `check`).",
+)
+@click.option("--no-cache", is_flag=True, help="Run every cell; neither read nor write the result cache.")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The map (JSON).")
 def impact_build(
     models: str | None,
@@ -537,23 +569,26 @@ def impact_build(
     jobs: int,
     shard: tuple[int, int],
     budget: float | None,
+    cache_dir: Path | None,
     no_cache: bool,
     output: Path,
 ) -> None:
     """Check the selected classes, recording what transformers code each ran, and write the impact map."""
     from .gate.cache import CacheError, default_cache_dir
-    from .gate.impact import build_map
+    from .gate.impact import ImpactMapError, build_map
     from .gate.run import CheckOptions, GateError, target_for
 
     names = [name.strip() for name in (models or "").split(",") if name.strip()]
     if bool(names) == select_all:
         _fail("pass --models or --all (one of them)")
+    if no_cache and cache_dir is not None:
+        _fail("--cache-dir and --no-cache contradict each other")
     options = CheckOptions(backends, jobs, shard=shard, budget_minutes=budget)
-    options.cache_dir, options.export_health = None if no_cache else default_cache_dir(), False
+    options.cache_dir, options.export_health = None if no_cache else (cache_dir or default_cache_dir()), False
     try:
         built = build_map(target_for(Path.cwd(), [], names, select_all, None, None), options, echo=_say)
         built.dump(output)
-    except (GateError, CacheError, OSError) as error:
+    except (GateError, CacheError, ImpactMapError, OSError) as error:
         _fail(str(error))
     _say(f"impact map of {len(built.model_classes())} class(es): {output}")
 

@@ -62,6 +62,7 @@ HOSTILE = [
     "`code`",
     "**b** _i_ ~~s~~ $x$",
     "\u202eevil\u202c",
+    "in\u061cvis\u200cib\u200dle\u2060\ufeff\U000e0041\U000e007f",
     "\x00\x1b[31m",
     "&lt;script&gt;",
     "<!-- hfexport-report -->",
@@ -218,6 +219,8 @@ def test_any_report_is_posted_inert_or_refused_in_one_line(github, tmp_path_fact
         body = github.comments[-1]["body"]
         assert body.startswith(MARKER) and text_size(body) <= 65536
         assert live_links(body) == [], live_links(body)
+        # No format character but the zero-width spaces the escaper puts where GitHub would start a link.
+        assert {c for c in body if unicodedata.category(c) == "Cf"} <= {"\u200b"}
 
 
 # ── The largest reports under the cap: measured as the process sees them ──

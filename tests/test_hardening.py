@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from checkout_fixture import LLAMA, make_checkout
+from checkout_fixture import make_checkout
 from click.testing import CliRunner
 from test_github_comment import commands_in
 
@@ -199,6 +199,14 @@ def test_an_entry_that_is_a_link_fifo_or_directory_is_never_read(tmp_path: Path)
     assert cache.get(JOB) is None
 
 
+def test_a_failure_whose_diff_is_nan_is_kept(tmp_path: Path) -> None:
+    cache = result_cache(tmp_path)
+    nan = float("nan")
+    cache.put(JOB, RESULT | {"status": "fail", "error": "NaN where eager has none", "max_abs_diff": nan})
+    assert cache.get(JOB) | {"timings": {}} == {"status": "fail", "error": "NaN where eager has none",
+                                               "max_abs_diff": None, "timings": {}}  # fmt: skip
+
+
 def test_entries_may_carry_an_impact_record(tmp_path: Path) -> None:
     cache = result_cache(tmp_path)
     path = entry_file(cache)
@@ -208,33 +216,27 @@ def test_entries_may_carry_an_impact_record(tmp_path: Path) -> None:
 
 
 def test_a_cache_path_that_cannot_be_a_directory_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo = make_checkout(tmp_path / "transformers", heads=1)
     (tmp_path / "file").write_text("")
-    monkeypatch.chdir(repo)
-    result = CliRunner().invoke(main, [*CHECK, "--cache-dir", str(tmp_path / "file" / "cache")])
-    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
-    *_, line = result.output.strip().splitlines()  # after "checking 2 cell(s)", before any of them ran
-    assert line == f"error: cannot use {tmp_path / 'file' / 'cache'} as the result cache: Not a directory"
-
-
-CHECK = ["check", LLAMA, "--backends", "dynamo", "--no-generation"]
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["check", "--models", "LlamaModel", "--cache-dir", str(tmp_path / "file" / "c")])
+    line = refusal(result)  # before any cell ran
+    assert line == f"error: cannot use {tmp_path / 'file' / 'c'} as the result cache: Not a directory"
 
 
 def test_a_check_runs_the_cells_whose_entries_are_broken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    repo, cache = make_checkout(tmp_path / "transformers", heads=1), tmp_path / "cache"
-    monkeypatch.chdir(repo)
-    first = CliRunner().invoke(main, [*CHECK, "--cache-dir", str(cache)])
+    monkeypatch.chdir(tmp_path)  # no checkout: the installed transformers
+    check = ["check", "--models", "LlamaModel", "--backends", "dynamo", "--no-generation", "--cache-dir", "cache"]
+    first = CliRunner().invoke(main, check)
     assert first.exit_code == 0, first.output
-    entries = sorted(cache.rglob("*.json"))
-    assert len(entries) == 2
-    entries[0].write_text("[]")
-    entries[1].write_text(json.dumps(json.loads(entries[1].read_text()) | {"result": {"timings": "x"}}))
-    again = CliRunner().invoke(main, [*CHECK, "--cache-dir", str(cache)])
+    (entry,) = (tmp_path / "cache").rglob("*.json")
+    entry.write_text(json.dumps(json.loads(entry.read_text()) | {"result": {"status": "pass", "timings": "x"}}))
+    again = CliRunner().invoke(main, check)
     assert again.exit_code == 0, again.output
-    assert "[cached]" not in again.output and caplog.text.count("removing a broken entry") == 2
-    assert all(json.loads(path.read_text())["result"]["status"] == "pass" for path in cache.rglob("*.json"))
+    assert "LlamaModel · dynamo: pass" in again.output and "[cached]" not in again.output
+    assert caplog.text.count("removing a broken entry") == 1
+    assert json.loads(entry.read_text())["result"]["timings"]["total"] > 0  # the cell's new result, kept
 
 
 # ── What a log line, an annotation and the comment can carry ──

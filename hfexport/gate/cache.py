@@ -51,6 +51,17 @@ def default_cache_dir() -> Path:
     return Path(base) / "hfexport" / "results"
 
 
+def prepare_directory(directory: Path) -> None:
+    """Create the cache directory before any cell runs: a path that is a file, or not writable, stops the run at
+    once (CacheError), not after its first cell."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        raise CacheError(f"cannot use {directory} as the result cache: {error.strerror or error}") from None
+
+
 def code_fingerprint(package_dir: Path) -> str:
     """A hash of every Python file of hfexport as the jobs import it."""
     digest = hashlib.sha256()
@@ -124,10 +135,6 @@ class ResultCache:
         self.environment = environment
         self.roots = roots
         self._hashes: dict[str, str | None] = {}
-        try:  # before any cell runs: a cache path that is a file, or not writable, stops the run at once
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise CacheError(f"cannot use {directory} as the result cache: {error.strerror or error}") from None
 
     def key(self, job: dict[str, Any]) -> str:
         fields = {"schema": CACHE_SCHEMA, "job": job, "environment": self.environment}
@@ -170,7 +177,8 @@ class ResultCache:
                 dated.append((path.lstat().st_mtime, path))
         for _, path in sorted(dated, reverse=True):
             try:
-                entry = json.loads(read_regular_file(path, MAX_ENTRY_BYTES))
+                # NaN (a diff that could not be computed) is read as null, as the report records it.
+                entry = json.loads(read_regular_file(path, MAX_ENTRY_BYTES), parse_constant=lambda _: None)
                 problem = _problem(entry, job)
             except FileNotFoundError:
                 continue
@@ -218,7 +226,8 @@ def _problem(entry: Any, job: dict[str, Any]) -> str | None:
     if not isinstance(sources, dict) or not sources or not all(isinstance(v, str) for v in sources.values()):
         return "no hashes of the files it read"
     result = entry.get("result")
-    if not isinstance(result, dict) or result.get("status") not in CACHED_STATUSES:
+    status = result.get("status") if isinstance(result, dict) else None
+    if not isinstance(status, str) or status not in CACHED_STATUSES:
         return "no result to keep"
     cell = {key: result.get(key) for key in CELL_KEYS} | {
         "model_type": "",

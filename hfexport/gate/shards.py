@@ -108,6 +108,6 @@ def merge(reports: Sequence[Report], allow_partial: bool = False) -> Report:
     incomplete = check_shards(reports, allow_partial)
     merged = merge_reports(list(reports))
     if incomplete:
-        merged.extra["incomplete"] = incomplete
+        merged.extra = {**merged.extra, "incomplete": incomplete}  # a copy: the first shard's stays as it was
         merged.exit_code = 2  # the missing shards' cells are unknown: neither a pass nor a regression
     return merged
