@@ -35,6 +35,10 @@ INTERNALS: dict[str, Internal] = {
         ),
         Internal("transformers.cache_utils.DummyLayer", "placeholder cache layers (gemma3n, ...) as export outputs"),
         Internal(
+            "transformers.integrations.executorch.TorchExportableModuleForDecoderOnlyLM",
+            "the gate's check of transformers' own exportable module (the 'transformers export module' part)",
+        ),
+        Internal(
             "transformers.models.reformer.modeling_reformer.ReformerDynamicCache",
             "reformer's bucket cache (not a Cache) as an export output",
         ),

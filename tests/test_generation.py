@@ -294,8 +294,11 @@ def test_a_decoder_without_past_key_values_is_declined_and_the_gate_says_so() ->
     job = {"model_type": "xlstm", "model_class": "xLSTMForCausalLM", "module": None, "backend": "dynamo"}
     cell = run_cell({**job, "generation": True}, None)
     assert cell["status"] == "pass", cell["error"]
-    assert cell["generation"]["status"] == "skipped"
+    assert cell["generation"]["status"] == "not_checked"
     assert "returns no transformers Cache" in cell["generation"]["detail"]
+    # Nor does transformers' StaticCache hold its state: the static-cache and export-module parts say so.
+    assert cell["generation_static"]["status"] == cell["export_module"]["status"] == "not_checked"
+    assert "left the StaticCache empty" in cell["generation_static"]["detail"]
 
 
 def test_a_decoder_whose_forward_fails_with_a_cache_is_declined() -> None:

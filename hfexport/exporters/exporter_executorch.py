@@ -40,7 +40,13 @@ from executorch.exir import (  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 
 from ..torch_compat import OpOverload, ValueRanges, pytree  # noqa: E402
-from .exporter_dynamo import DynamoConfig, DynamoExporter, SharedTrace, dynamic_dim_bounds  # noqa: E402
+from .exporter_dynamo import (  # noqa: E402
+    DynamoConfig,
+    DynamoExporter,
+    SharedTrace,
+    dynamic_dim_bounds,
+    program_metadata,
+)
 from .registry import (  # noqa: E402
     LOWERING_SWAP,
     PatchReport,
@@ -184,6 +190,17 @@ class ExecutorchExporter(DynamoExporter):
             if limit is None or bound <= _SMALLEST_AUTOMATIC_BOUND or metadata["planned_memory_bytes"] <= limit:
                 return program, metadata
             bound = _smaller_bound(bound, metadata["planned_memory_bytes"], budget, "plans")
+
+    def lower_program(
+        self, program: ExportedProgram, sample_inputs: dict[str, Any], config: ExecutorchConfig
+    ) -> tuple[ExecutorchProgramManager, dict[str, Any]]:
+        """Stages 1 and 3-5 on a program traced elsewhere (transformers' own ``TorchExportableModule*.export``), for
+        its ExecuTorch runtime; stage 2's patches were not installed while it was traced."""
+        with export_stage(BACKEND, 1, "backend preparation"):
+            _, sample_inputs, partitioners = _BACKEND_PREPARE[config.backend](program.module(), sample_inputs)
+        metadata = program_metadata(program, sample_inputs)
+        metadata.update(workarounds={"patches": [], "unresolved": [], "fixes": []}, timings={})
+        return self._lower((program, metadata), config, partitioners)
 
     def dynamic_upper_bound(self, config: ExecutorchConfig) -> int | None:
         """ExecuTorch plans memory for the largest shape a program accepts: every dynamic dimension needs a bound."""

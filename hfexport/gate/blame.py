@@ -2,7 +2,8 @@
 
 - ``hfexport``: raised by hfexport's own code: the innermost frame outside the standard library is ours and the
   error came from its own instruction (a raise, an import, an attribute or key lookup), not out of a C function it
-  called (a torch op). The gate reports it as ``tool_error``: the gate is broken there.
+  called (a torch op). The gate reports it as ``tool_error``: the gate is broken there. So is an error transformers
+  raised itself on an object hfexport handed it (the raising frame holds it: a ``Cache`` of hfexport's slot layers).
 - ``model``: the innermost frame that is hfexport's or transformers' is transformers code (the checkout's model).
 - ``toolchain``: torch, onnx or executorch raised while hfexport's exporter, runner or one of its workarounds drove
   them (a lowering with no translation, a kernel the runtime lacks): the export fails for this model.
@@ -46,6 +47,7 @@ class Frame:
     module: str
     at_call: bool = False  # the frame was calling when the error came out of the callee
     wraps_original: bool = False  # a replacement holding the function it replaces (``original``)
+    holds_ours: bool = False  # a local (or ``self``'s list of parts) is an object of hfexport's
 
     def as_dict(self) -> dict[str, str | int]:
         return {"file": self.file, "line": self.line, "function": self.function}
@@ -66,7 +68,8 @@ def _frames(tb: TracebackType | None) -> list[Frame]:
         function = getattr(code, "co_qualname", code.co_name)
         module = str(tb.tb_frame.f_globals.get("__name__", ""))
         at_call, wraps = _is_call(code, tb.tb_lasti), "original" in code.co_freevars
-        frames.append(Frame(code.co_filename, tb.tb_lineno, function, module, at_call, wraps))
+        holds = _holds_ours(tb.tb_frame.f_locals)
+        frames.append(Frame(code.co_filename, tb.tb_lineno, function, module, at_call, wraps, holds))
         tb = tb.tb_next
     return frames[::-1]
 
@@ -104,6 +107,27 @@ def _is_model(frame: Frame) -> bool:
     return frame.module == "transformers" or frame.module.startswith("transformers.")
 
 
+def _holds_ours(frame_locals: dict[str, object]) -> bool:
+    """Whether a frame names an object of hfexport's: a local of its type, or a part listed on ``self`` (the layers
+    of the ``Cache`` whose method raised). A model forward's cache argument is a transformers object: not counted."""
+    owner = frame_locals.get("self")
+    parts = (
+        [item for value in vars(owner).values() if isinstance(value, list) for item in value]
+        if _has_vars(owner)
+        else []
+    )
+    return any(_of_ours(value) for value in [*frame_locals.values(), *parts])
+
+
+def _has_vars(value: object) -> bool:
+    return isinstance(getattr(value, "__dict__", None), dict)
+
+
+def _of_ours(value: object) -> bool:
+    module = type(value).__module__
+    return module == "hfexport" or module.startswith("hfexport.")
+
+
 def _workaround(frame: Frame) -> str | None:
     match = _WORKAROUND.fullmatch(frame.function.split(".")[0])
     return match.group(0) if match else None
@@ -118,6 +142,9 @@ def blame(error: BaseException) -> Blame:
     raised_here = raiser is not None and (through_stdlib or not raiser.at_call)
     if raised_here and _is_ours(raiser) and not isinstance(chain[0], ExportFailure):
         return Blame("hfexport", raiser, _workaround(raiser))
+    if raised_here and _is_model(raiser) and raiser.holds_ours:
+        # transformers refused an object hfexport handed it (a Cache holding its slot layers): hfexport's limit.
+        return Blame("hfexport", raiser)
     running = next((name for frame in frames if _is_ours(frame) and (name := _workaround(frame))), None)
     for frame in frames:
         if _is_model(frame):

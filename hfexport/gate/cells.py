@@ -27,7 +27,18 @@ FAILURE_STATUSES = frozenset({"fail", "crash", "timeout", "oom", "error"})
 # "not_run": the time budget (--budget) ran out before the cell started; never a pass.
 NOT_A_RESULT = frozenset({"tool_error", "not_checked", "not_run"})
 # The result of a cell whose job did not start before the time budget ran out.
+# A decoder LM's generation parts (``checks.GENERATION_PARTS`` and the export module) and the words reports use.
+GENERATION_KEYS = ("generation", "generation_static", "export_module")
+GENERATION_STATUSES = ("pass", "fail", "skipped", "not_checked")
+GENERATION_LABELS = {
+    "generation": "generation",
+    "generation_static": "generation · static cache",
+    "export_module": "transformers export module",
+}
 NOT_RUN = {"status": "not_run", "stage": None, "error_type": "Budget", "error": "not run: the time budget ran out"}
+# The error_type of a "not_checked" cell whose modular file changed but whose modeling file could not be regenerated:
+# the change was never checked, so the gate does not pass (exit code 1).
+NOT_REGENERATED = "NotRegenerated"
 
 
 def _number(value: Any) -> bool:
@@ -57,7 +68,8 @@ class SecondShape:
 
 @dataclass
 class Generation:
-    """The greedy generation check of a decoder LM: "pass", "fail" or "skipped", and what it found."""
+    """A greedy generation check of a decoder LM: "pass", "fail", "skipped" (no eager reference) or "not_checked" (the
+    exporter or transformers' module declines the model), and what it found."""
 
     status: str
     detail: str | None = None
@@ -122,7 +134,9 @@ class Cell:
     workarounds: list[str] = field(default_factory=list)
     skip_reason: str | None = None
     source: Frame | None = None  # the model class's line (file and line)
-    generation: Generation | None = None
+    generation: Generation | None = None  # on hfexport's slot cache (the default)
+    generation_static: Generation | None = None  # on transformers' StaticCache, as cache_implementation="static" runs
+    export_module: Generation | None = None  # transformers' TorchExportableModuleForDecoderOnlyLM, on the runtime
     frame: Frame | None = None  # where it broke
     disabled: dict[str, str] | None = None  # transformers internals the checkout lacks -> the feature turned off
     second_shape: SecondShape | None = None
@@ -130,6 +144,8 @@ class Cell:
     metrics: Metrics | None = None  # a passing cell's program: at head
     base_metrics: Metrics | None = None  # ... and at the base revision
     health: Health | None = None  # what moved from base to head
+    # Why the gate selected the class: "masking_utils.create_causal_mask changed" (None: named by --models or --all).
+    selected_because: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cell:
@@ -151,13 +167,17 @@ class Cell:
         """Take a job's outcome (see ``checks.run_cell``) as this cell's result: the worker's dict, typed once."""
         outcome = Cell.from_dict({**result, **{key: getattr(self, key) for key in _REQUIRED}})
         keys = ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame")
-        for key in (*keys, "second_shape", "cached", "timings", "workarounds", "metrics"):
+        for key in (*keys, *GENERATION_KEYS[1:], "second_shape", "cached", "timings", "workarounds", "metrics"):
             setattr(self, key, getattr(outcome, key))
         self.disabled = result.get("disabled") or {}
         if result.get("tolerance") is not None:
             self.tolerance = result["tolerance"]
 
     # ── Facts ──
+
+    def generation_parts(self) -> list[tuple[str, Generation]]:
+        """The generation parts this cell ran, each with the words reports use for it."""
+        return [(GENERATION_LABELS[key], part) for key in GENERATION_KEYS if (part := getattr(self, key)) is not None]
 
     @property
     def failed(self) -> bool:
@@ -223,7 +243,7 @@ class Cell:
         return f" (at {frame.file}:{frame.line}{text}{running})"
 
     def label(self) -> str:
-        """One line: ``pass (max abs 2e-06)``, ``fail · onnx · stage 4 …: RuntimeError: … (at file:line: text)``."""
+        """One line: ``pass (max abs 2e-06)``, ``fail · stage 4 …: RuntimeError: … (at file:line: text)``."""
         cached = " [cached]" if self.cached else ""
         if self.status == "pass":
             fixed = " fixed" if self.regression == "fixed" else ""
@@ -231,7 +251,7 @@ class Cell:
             return f"pass{fixed}{diff}{cached}"
         if self.status == "skipped":
             return f"skipped: {self.skip_reason}"
-        where = f" · {self.stage}" if self.stage else ""
+        where = f" · {self.step}" if self.step else ""  # the backend is said where the cell is named
         return f"{self.kind()}{where}: {self.error_type}: {self.error}{self.frame_note()}{cached}"
 
     def short(self) -> str:
@@ -256,6 +276,9 @@ CELL_KEY_SINCE = {
     "metrics": 4,
     "base_metrics": 4,
     "health": 4,
+    "generation_static": 4,
+    "export_module": 4,
+    "selected_because": 4,
 }
 _REQUIRED = ("model_type", "model_class", "backend")
 # The cell keys whose JSON object is a typed part.
@@ -263,6 +286,8 @@ _PARTS: dict[str, type[Part]] = {
     "source": Frame,
     "frame": Frame,
     "generation": Generation,
+    "generation_static": Generation,
+    "export_module": Generation,
     "second_shape": SecondShape,
     "metrics": Metrics,
     "base_metrics": Metrics,

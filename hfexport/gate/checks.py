@@ -25,9 +25,10 @@ from typing import Any
 import hfexport
 
 from .. import compat
-from ..exporters.utils import ExportFailure
+from ..exporters.utils import ExportFailure, SpecializedDimension
 from . import metrics
 from .blame import Frame, blame, traced_model_frame
+from .cells import GENERATION_LABELS
 from .export_modules import EXPORT_MODULE_BACKENDS
 
 # Largest max-abs difference from eager that still passes, per backend.
@@ -67,7 +68,7 @@ class CellFailure(Exception):
             self.status = "not_checked" if building else "fail"
         # Torch, onnx or executorch failed on a node after tracing: the model line that produced the node.
         traced = traced_model_frame(error) if found.owner == "toolchain" else None
-        self.frame = traced or found.frame
+        self.frame = traced or _where_specialized(cause) or found.frame
         self.workaround = found.workaround
         self.error_type = type(cause).__name__
         self.first_line = first_line(cause)
@@ -78,6 +79,13 @@ class CellFailure(Exception):
         if self.workaround and self.status == "fail":
             return f"{self.step} · in hfexport's {self.workaround}"
         return self.step
+
+
+def _where_specialized(error: BaseException) -> Frame | None:
+    # A size the program refuses is the model's line that fixed it while tracing (torch's shape environment recorded
+    # it), not the runner's check that found it.
+    where = error.where if isinstance(error, SpecializedDimension) else None
+    return Frame(where["file"], where["line"], where["function"], "transformers") if where else None
 
 
 def _listed_unrunnable(error: BaseException) -> bool:
@@ -510,10 +518,9 @@ def shapes_text(shapes: dict[str, list[int]]) -> str:
     return ", ".join(f"{name} {tuple(shape)}" for name, shape in shapes.items())
 
 
-# The generation parts of a decoder LM's cell, in the order they run: (cell key, cache the exported components hold,
-# the stage a failure names). hfexport's slot cache first (the default), then transformers' own StaticCache.
-GENERATION_PARTS = (("generation", "slots", "generation"), ("generation_static", "static", "generation · static cache"))
-EXPORT_MODULE_STAGE = "transformers export module"
+# The generation parts of a decoder LM's cell that hfexport exports, in the order they run, with the cache the
+# exported components hold: hfexport's slot cache first (the default), then transformers' own StaticCache.
+GENERATION_PARTS = (("generation", "slots"), ("generation_static", "static"))
 
 
 def _check_generation(
@@ -529,8 +536,8 @@ def _check_generation(
         detail = f"not compared: eager generate() fails: {type(error).__name__}: {error}"
         cell["generation"] = {"status": "skipped", "detail": detail.splitlines()[0][:300]}
         return
-    for key, cache, label in GENERATION_PARTS:
-        with step(f"{backend} · {label}", timings, key):
+    for key, cache in GENERATION_PARTS:
+        with step(f"{backend} · {GENERATION_LABELS[key]}", timings, key):
             exported = _declined_or(
                 cell, key, functools.partial(export, model, copy.deepcopy(inputs), backend, True, cache=cache)
             )
@@ -538,8 +545,13 @@ def _check_generation(
                 # The same stopping rule as eager's: no EOS before GENERATION_TOKENS new tokens.
                 new_tokens = {"max_new_tokens": GENERATION_TOKENS, "min_new_tokens": GENERATION_TOKENS}
                 _compare_tokens(exported.generate(input_ids, **new_tokens), expected, cell, key)
-    if backend in EXPORT_MODULE_BACKENDS:
-        _check_export_module(model, reference, input_ids[:1], backend, cell, timings)
+    if backend not in EXPORT_MODULE_BACKENDS:
+        return
+    if cell["generation_static"]["status"] == "not_checked":  # transformers' module holds the same StaticCache
+        detail = "not checked: transformers' exportable module wraps a StaticCache, as the static-cache part does"
+        cell["export_module"] = {"status": "not_checked", "detail": detail}
+        return
+    _check_export_module(model, reference, input_ids[:1], backend, cell, timings)
 
 
 def _eager_tokens(reference: Any, input_ids: Any) -> Any:
@@ -584,7 +596,7 @@ def _check_export_module(
     from .export_modules import ModuleDeclined, export_module_program, greedy_tokens, runtime_step
 
     expected = _eager_tokens(reference, prompt)
-    with step(f"{backend} · {EXPORT_MODULE_STAGE}", timings, "export_module"):
+    with step(f"{backend} · {GENERATION_LABELS['export_module']}", timings, "export_module"):
         try:
             program = export_module_program(model, prompt)
         except ModuleDeclined as declined:

@@ -12,18 +12,21 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from . import health
-from .causes import Cause, group, hint
-from .cells import NOT_A_RESULT, Cell, disabled_features
+from .causes import Cause, group, hint, kind
+from .cells import Cell, disabled_features
 from .report import Report
 from .shards import incomplete_note
 
 MARKER = "<!-- hfexport-report -->"
 TITLE = "### hfexport export report"
 MIN_CHARS = 2000  # room for the marker, the summary, the table header and the truncation notes
+JOB_SUMMARY_CHARS = 1_000_000  # GitHub's limit for one step's summary is 1 MiB
 
 # Characters CommonMark/GFM give a meaning to inline (emphasis, links, images, math, strikethrough).
 _MD_PUNCTUATION = frozenset("\\*_[]()!~$^{}")
@@ -74,6 +77,45 @@ def escape_html(value: Any, limit: int = 300) -> str:
     return "".join(_ENTITIES.get(c, c) for c in _inert(value, limit))
 
 
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
+def code_block(value: Any, language: str = "python", limit: int = 300) -> str:
+    """One line of untrusted text as a fenced code block: GitHub shows a code block's content literally (no links,
+    pings, emphasis or HTML), so only its fence must outrun every backtick run in the line (a shorter one would close
+    the block early)."""
+    text = _plain(value, limit)
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
+
+
+_URL_PART = re.compile(r"[A-Za-z0-9_.-]+")
+_SERVER = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def repository_url(server: str | None, repository: str | None) -> str | None:
+    """``{server}/{owner}/{name}`` when both parts are what GitHub allows (an https host, two plain names), else
+    None: a line link is built only from validated parts."""
+    owner, _, name = (repository or "").partition("/")
+    parts_ok = all(_URL_PART.fullmatch(part) and part not in (".", "..") for part in (owner, name))
+    if not (server and _SERVER.fullmatch(server.rstrip("/")) and parts_ok):
+        return None
+    return f"{server.rstrip('/')}/{owner}/{name}"
+
+
+def line_url(repository: str | None, sha: str | None, path: str | None, line: int | None) -> str | None:
+    """``{repository}/blob/{sha}/{path}#L{line}`` when every part is valid (a full SHA, a relative path of plain
+    names, a positive line), else None."""
+    segments = (path or "").split("/")
+    path_ok = all(_URL_PART.fullmatch(part) and part not in (".", "..") for part in segments)
+    line_ok = isinstance(line, int) and not isinstance(line, bool) and 0 < line < 10**7
+    if not (repository and sha and _SHA.fullmatch(sha) and path_ok and line_ok):
+        return None
+    return f"{repository}/blob/{sha}/{path}#L{line}"
+
+
 def _diff(value: Any) -> str:
     return f"{value:.1e}" if isinstance(value, int | float) and not isinstance(value, bool) else "n/a"
 
@@ -95,22 +137,24 @@ def _icon(cell: Cell) -> str:
 
 
 def _generation_note(cell: Cell) -> str:
-    if cell.generation and cell.generation.status == "fail":
-        return " · generation ❌"
-    return ""
+    return "".join(f" · {label} ❌" for label, part in cell.generation_parts() if part.status == "fail")
 
 
-def render_cell(cell: Cell) -> str:
-    """One table cell: icon, then the max diff, or failure kind, stage and first error line, or the skip reason."""
+def cause_mark(number: int) -> str:
+    """A cause's number as the grid shows it: ① to ⑳, then (21)."""
+    return chr(0x2460 + number - 1) if 1 <= number <= 20 else f"({number})"
+
+
+def render_cell(cell: Cell, cause: int | None = None) -> str:
+    """A status grid cell, at most about 40 visible characters: an icon, one or two words, the cause's number."""
     icon = _icon(cell)
+    if cell.status == "pass":
+        return f"{icon}{' fixed' if cell.regression == 'fixed' else ''}{_generation_note(cell)}"
     if cell.status == "skipped":
-        return f"{icon} skipped: {escape_inline(cell.skip_reason or 'no reason given', 120)}"
-    if cell.status in NOT_A_RESULT or cell.failed:
-        kind = "hfexport tool error" if cell.status == "tool_error" else cell.kind()
-        parts = [f"{icon} {escape_inline(kind, 40)}", escape_inline(cell.step, 60), escape_inline(cell.error_line, 140)]
-        return " · ".join(p for p in parts if p) + ("" if cell.status in NOT_A_RESULT else _generation_note(cell))
-    fixed = " fixed ·" if cell.regression == "fixed" else ""
-    return f"{icon}{fixed} {_diff(cell.max_abs_diff)}{_generation_note(cell)}"
+        return f"{icon} skipped"
+    words = "pre-existing" if cell.pre_existing else kind(cell)
+    mark = f" {cause_mark(cause)}" if cause is not None else ""
+    return f"{icon} {words}{mark}"
 
 
 def _counts(report: Report) -> dict[str, int]:
@@ -130,38 +174,100 @@ def _counts(report: Report) -> dict[str, int]:
     return {key: int(summary.get(key) or 0) for key in keys}
 
 
-def summary_line(report: Report) -> str:
-    """The verdict first, then the counts, then what was checked."""
-    n = _counts(report)
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _where(cause: Cause) -> str:
+    """``modeling_llama.py:62`` (the model line, file name only) or the step it failed in, as plain text."""
+    location = cause.cell.model_location
+    if location:
+        return f"{(location.file or '').rsplit('/', 1)[-1]}:{location.line}"
+    return cause.cell.step or "an unknown step"
+
+
+def _cause_phrase(cause: Cause) -> str:
+    """The cause in a few words, for the verdict: ``data-dependent at `modeling_llama.py:62```."""
+    preposition = "at" if cause.cell.model_location else "in"
+    return f"{kind(cause.cell)} {preposition} {escape_inline(_where(cause), 120)}"
+
+
+def _verdict(n: dict[str, int], causes: list[Cause]) -> str:
+    """The first sentence: what failed and its causes, by name; only the counts that are not zero."""
+    failing = [c for c in causes if c.cell.failed and not c.cell.pre_existing]
+    named = "; ".join(map(_cause_phrase, failing[:3])) + (f"; and {len(failing) - 3} more" if len(failing) > 3 else "")
+    causes_said = f", {_plural(len(failing), 'cause')}:** {named}" if failing else "**"
     if n["tool_errors"]:
-        verdict = (
-            f"💥 **hfexport itself failed in {n['tool_errors']} check{'s' if n['tool_errors'] != 1 else ''}** "
-            "(tool errors: the gate is broken there, not the model)"
+        also = f" · ❌ {_plural(n['new_failures'], 'new failure')}" if n["new_failures"] else ""
+        return (
+            f"💥 **hfexport itself failed in {_plural(n['tool_errors'], 'check')}** (a tool error: the gate is broken "
+            f"there, not the model){also}"
         )
-    elif n["new_failures"]:
-        verdict = f"❌ **{n['new_failures']} new export failure{'s' if n['new_failures'] != 1 else ''}**"
-    elif n["failed"] and n["pre_existing"] < n["failed"]:
-        verdict = f"❌ **{n['failed']} export failure{'s' if n['failed'] != 1 else ''}**"
-    elif n["not_run"]:
-        verdict = f"⏸️ **{n['not_run']} check{'s' if n['not_run'] != 1 else ''} not run within the time budget**"
-    elif n["failed"]:
-        verdict = f"✅ **no new export failures** ({n['pre_existing']} pre-existing)"
-    else:
-        verdict = "✅ **every export passed**"
-    if note := incomplete_note(report):  # the missing shards' cells are unknown: never a pass
-        verdict = f"⚠️ **{note}**" + ("" if verdict.startswith("✅") else f" · {verdict}")
-    counts = (
-        f"{n['total']} checks: {n['passed']} passed, {n['failed']} failed "
-        f"({n['new_failures']} new, {n['pre_existing']} pre-existing), {n['fixed']} fixed, {n['skipped']} skipped, "
-        f"{n['tool_errors']} tool errors, {n['not_checked']} not checked"
-    ) + (f", {n['not_run']} not run (budget)" if n["not_run"] else "")
-    backends = ", ".join(escape_inline(b, 30) for b in report.backends)
-    parts = [verdict, counts, f"backends: {backends}"]
+    if n["new_failures"]:
+        return f"❌ **{_plural(n['new_failures'], 'new export failure')}{causes_said}"
+    if n["failed"] and n["pre_existing"] < n["failed"]:
+        return f"❌ **{_plural(n['failed'], 'export failure')}{causes_said}"
+    if n["not_run"]:
+        return f"⏸️ **{_plural(n['not_run'], 'check')} not run within the time budget**"
+    if n["failed"]:
+        return f"✅ **no new export failures** ({n['pre_existing']} pre-existing)"
+    return "✅ **every export passed**"
+
+
+def _counts_line(report: Report, n: dict[str, int]) -> str:
+    """How many checks ended how (only the counts that are not zero), on which backends, at which commit."""
+    failed = [f"{n[key]} {word}" for key, word in (("new_failures", "new"), ("pre_existing", "pre-existing")) if n[key]]
+    counts = [
+        f"{n['passed']} passed" if n["passed"] else "",
+        f"{n['failed']} failed" + (f" ({', '.join(failed)})" if failed and n["failed"] else "") if n["failed"] else "",
+        *(f"{n[key]} {word if n[key] == 1 else words}" for key, word, words in _OTHER_COUNTS if n[key]),
+    ]
+    parts = [f"{_plural(n['total'], 'check')}: " + ", ".join(filter(None, counts)) if n["total"] else "no checks"]
+    parts.append("on " + ", ".join(escape_inline(b, 30) for b in report.backends))
     if report.selection.get("reason"):
         parts.append(f"selected: {escape_inline(report.selection['reason'], 200)}")
-    head = report.head_sha
-    if head:
-        parts.append(f"head {escape_inline(str(head)[:10])}")
+    if report.head_sha:
+        parts.append(f"head {escape_inline(str(report.head_sha)[:10])}")
+    return " · ".join(parts)
+
+
+# The summary's other counts, as the counts line says one and several of them.
+_OTHER_COUNTS = (
+    ("fixed", "fixed", "fixed"),
+    ("tool_errors", "tool error", "tool errors"),
+    ("not_checked", "not checked", "not checked"),
+    ("skipped", "skipped", "skipped"),
+    ("not_run", "not run (budget)", "not run (budget)"),
+)
+
+
+def summary_line(report: Report, causes: list[Cause] | None = None) -> str:
+    """The verdict naming the causes, then the counts that are not zero and what was checked."""
+    n = _counts(report)
+    verdict = _verdict(n, _causes(report.cells) if causes is None else causes)
+    if note := incomplete_note(report):  # the missing shards' cells are unknown: never a pass
+        verdict = f"⚠️ **{note}**" + ("" if verdict.startswith("✅") else f" · {verdict}")
+    return f"{verdict}\n\n{_counts_line(report, n)}"
+
+
+def _causes(cells: list[Cell]) -> list[Cause]:
+    """The causes a comment has a section for, new failures and tool errors first, then pre-existing failures; a
+    class not checked or not run is one line, not a cause."""
+    causes = group([c for c in cells if c.status not in ("not_checked", "not_run")])
+    return sorted(causes, key=lambda cause: cause.cell.pre_existing)
+
+
+def _not_results_line(cells: list[Cell]) -> str:
+    """ "9 not checked (bark, timm_wrapper x2) · 6 skipped (longformer x2)": one line for each, by model type."""
+    parts = []
+    for status, words in (("not_checked", "not checked"), ("skipped", "skipped"), ("not_run", "not run (budget)")):
+        found = [c.model_type for c in cells if c.status == status]
+        if found:
+            by_type = Counter(found)
+            counted = by_type.most_common(8)
+            names = ", ".join(f"{name} ×{count}" if count > 1 else name for name, count in counted)  # noqa: RUF001
+            more = f" and {len(by_type) - 8} more types" if len(by_type) > 8 else ""
+            parts.append(f"{len(found)} {words} ({escape_inline(names, 400)}{more})")
     return " · ".join(parts)
 
 
@@ -189,10 +295,24 @@ def _header(backends: list[str]) -> str:
     return header + "|---" * (len(backends) + 1) + "|"
 
 
-def _table_rows(backends: list[str], rows: list[tuple[str, dict[str, Cell]]]) -> Iterator[str]:
+def _table_rows(backends: list[str], rows: list[tuple[str, dict[str, Cell]]], numbers: dict[int, int]) -> Iterator[str]:
+    """The grid's rows; ``numbers`` maps a failing cell (by ``id``) to its cause's number."""
     for model_class, cells in rows:
-        rendered = [render_cell(cells[b]) if b in cells else "—" for b in backends]
+        rendered = [render_cell(cells[b], numbers.get(id(cells[b]))) if b in cells else "—" for b in backends]
         yield f"| {escape_inline(model_class, 100)} | " + " | ".join(rendered) + " |"
+
+
+def _passes_everywhere(cells: dict[str, Cell]) -> bool:
+    return all(c.status == "pass" and c.regression != "fixed" and _generation_note(c) == "" for c in cells.values())
+
+
+def _passing_rows_line(rows: list[tuple[str, dict[str, Cell]]]) -> str:
+    """The classes that pass on every backend, in one line: the grid shows the others."""
+    names = [name for name, _ in rows]
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return f"✅ {_plural(len(names), 'class')} pass{'es' if len(names) == 1 else ''} on every backend: " + (
+        escape_inline(shown, 800)
+    )
 
 
 def _within(pieces: Iterable[str], budget: int) -> list[str]:
@@ -206,53 +326,75 @@ def _within(pieces: Iterable[str], budget: int) -> list[str]:
     return kept
 
 
-def _cause_details(cause: Cause) -> str:
-    """One detail block per cause: where and how it broke, what to do, and every cell it breaks."""
+def _cause_details(cause: Cause, number: int, links: Links, internals: bool) -> str:
+    """A cause's section, titled by the cause: the broken line (linked, then as code), the error, what to do, and
+    every check it breaks. Open for the first three. hfexport's own frames and workarounds only with ``internals``."""
     cell, count = cause.cell, len(cause.cells)
-    named = f"{cell.model_class} · {cell.backend}" + (f" and {count - 1} more" if count > 1 else "")
-    at = f" · at {cause.where}" if cell.model_location else ""
-    title = escape_html(f"{named} · {cell.status}{at}", 300)
-    items = [
-        f"- stage: {escape_inline(cell.stage or 'unknown', 200)}",
-        f"- error: {escape_inline(cell.error_line or 'no message', 2000)}",
-    ]
-    advice = hint(cell)
+    title = f"{cause_mark(number)} {kind(cell)} {'at' if cell.model_location else 'in'} {_where(cause)}"
+    title += f" · {_plural(count, 'check')}" + (" · pre-existing" if cell.pre_existing else "")
+    opened = " open" if number <= OPEN_SECTIONS else ""
+    parts = [f"<details{opened}><summary>{_icon(cell)} {escape_html(title, 300)}</summary>"]
+    location = cell.model_location
+    if location:
+        url = line_url(links.repository, links.sha, location.file, location.line)
+        # A linked path is made of plain names only (line_url checked it): a code span shows it as it is.
+        where = (
+            f"[`{location.file}:{location.line}`]({url})" if url else escape_inline(f"{location.file}:{location.line}")
+        )
+        function = f" in {escape_inline(location.function, 120)}" if location.function else ""
+        parts.append(f"{where}{function}")
+        if location.text:
+            parts.append(code_block(location.text))
+    elif cell.status == "tool_error":
+        step = escape_inline(cell.step or "an unknown step", 200)
+        parts.append(
+            f"hfexport itself failed in {step}; the job log names its code. This says nothing about the model."
+        )
+    else:
+        step = escape_inline(cell.step or "an unknown step", 200)
+        parts.append(f"No transformers line is known: it failed in {step}.")
+    parts.append(f"**Error:** {escape_inline(cell.error_line or 'no message', 600)}")
+    advice = hint(cell, code=escape_inline)
     if advice:
-        items.append(f"- what to do: {escape_inline(advice, 1000)}")
-    if cell.regression:
-        items.append(f"- regression: {escape_inline(cell.regression, 20)}")
-    source = cell.source
-    if source and source.file:
-        line = f":{source.line}" if source.line is not None else ""
-        items.append(f"- source: {escape_inline(source.file + line, 300)}")
-    if cell.workarounds:
-        items.append(f"- workarounds applied: {escape_inline(', '.join(map(str, cell.workarounds)), 1000)}")
-    if cell.generation and cell.generation.detail:
-        items.append(f"- generation: {escape_inline(cell.generation.detail, 1000)}")
-    items += _frame_items(cell)
-    if count > 1:
-        items.append(f"- breaks {count} checks: {escape_inline(cause.broken, 1500)}")
-    return f"<details><summary>{_icon(cell)} {title}</summary>\n\n" + "\n".join(items) + "\n\n</details>"
+        parts.append(f"**What to do:** {advice}")
+    parts.append(f"**Breaks {_plural(count, 'check')}:** {escape_inline(cause.broken, 1500)}")
+    if internals:
+        parts += _internal_items(cell)
+    return "\n\n".join(parts) + "\n\n</details>"
 
 
-def _frame_items(cell: Cell) -> list[str]:
-    """Where it broke (hfexport's frame for a tool error), and the transformers internals this checkout lacks."""
+# The first cause sections a reviewer sees open; the rest are one click away.
+OPEN_SECTIONS = 3
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where line links point: ``repository_url``'s result and the head commit; either None: no links."""
+
+    repository: str | None = None
+    sha: str | None = None
+
+
+def _internal_items(cell: Cell) -> list[str]:
+    """For the job summary: hfexport's own frame, the workarounds that ran, generation, the internals this checkout
+    lacks."""
     items = []
     frame = cell.frame
-    if frame and frame.file:
-        owner = "hfexport code" if cell.status == "tool_error" else "where"
+    if frame and frame.file and cell.model_location is None:
         line = f":{frame.line}" if frame.line is not None else ""
         where = f"{frame.file}{line} in {frame.function or '?'}"
-        if frame.workaround:
-            where += f" (workaround {frame.workaround})"
-        items.append(f"- {owner}: {escape_inline(where, 300)}")
-        if frame.text:
-            items.append(f"- line: {escape_inline(frame.text, 300)}")
-    disabled = cell.disabled
-    if disabled:
-        names = ", ".join(f"{name} ({feature})" for name, feature in disabled.items())
+        items.append(f"- hfexport frame: {escape_inline(where, 300)}")
+    if frame and frame.workaround:
+        items.append(f"- running workaround: {escape_inline(frame.workaround, 200)}")
+    if cell.workarounds:
+        items.append(f"- workarounds applied: {escape_inline(', '.join(map(str, cell.workarounds)), 1000)}")
+    for label, part in cell.generation_parts():
+        if part.detail:
+            items.append(f"- {label}: {escape_inline(part.detail, 1000)}")
+    if cell.disabled:
+        names = ", ".join(f"{name} ({feature})" for name, feature in cell.disabled.items())
         items.append(f"- off in this transformers: {escape_inline(names, 1000)}")
-    return items
+    return ["\n".join(items)] if items else []
 
 
 def _disabled_note(report: Report) -> str:
@@ -297,7 +439,7 @@ def _timing_details(cells: list[Cell], backends: list[str]) -> str | None:
     order = sorted(kept, key=lambda step: (step == "total", step.split(" · ")[0], step))
     header = "| step | " + " | ".join(escape_inline(b, 30) for b in backends) + " |\n" + "|---" * (len(backends) + 1)
     rows = [
-        f"| {escape_inline(step.replace('export · ', '↳ '), 60)} | "
+        f"| {escape_inline(step.replace('export · ', '↳ ').replace('_', ' '), 60)} | "
         + " | ".join(f"{totals[step].get(b, 0.0):.1f}" for b in backends)
         + " |"
         for step in order
@@ -323,25 +465,46 @@ def _omitted_note(sections: int, rows: int, details_url: str | None) -> str:
     return f"_{' and '.join(left_out)} left out to stay under GitHub's size limit; {where}._"
 
 
-def render_markdown(report: Report, max_chars: int = 65000, details_url: str | None = None) -> str:
-    """The whole markdown report, at most ``max_chars`` (UTF-16 units), starting with :data:`MARKER`."""
+def render_markdown(
+    report: Report,
+    max_chars: int = 65000,
+    details_url: str | None = None,
+    repository: str | None = None,
+    internals: bool = False,
+) -> str:
+    """The PR comment (or, with ``internals``, the job summary), at most ``max_chars`` UTF-16 units, starting with
+    :data:`MARKER`: the verdict naming the causes, the status grid, one section per cause.
+
+    ``repository`` (``repository_url``'s result) links each cause's line at the report's head commit. The comment
+    shows only the grid rows that are not a pass on every backend; ``internals`` adds every row, hfexport's own
+    frames and workarounds, the passing checks' diffs and where the time went.
+    """
     if max_chars < MIN_CHARS:
         raise ValueError(f"max_chars must be at least {MIN_CHARS}, got {max_chars}")
     backends, rows = _rows(report)
     cells = [c for _, by_backend in rows for c in by_backend.values()]
-    causes = group(cells)
-    passing = [c for c in cells if c.status == "pass"]
-    timing = _timing_details(cells, backends)
+    causes = _causes(cells)
+    numbers = {id(cell): number for number, cause in enumerate(causes, start=1) for cell in cause.cells}
+    passing_rows = [] if internals else [row for row in rows if _passes_everywhere(row[1])]
+    if passing_rows:
+        rows = [row for row in rows if not _passes_everywhere(row[1])]
+    passing = [c for c in cells if c.status == "pass"] if internals else []
+    timing = _timing_details(cells, backends) if internals else None
+    links = Links(repository, report.head_sha)
     section_count = len(causes) + bool(passing) + bool(timing)
     # Only what can fit is rendered: cost follows the report's size and max_chars, never rows x backends x retries.
-    table_rows = _within(_table_rows(backends, rows), max_chars)
+    table_rows = _within(_table_rows(backends, rows, numbers), max_chars)
     every_row = len(table_rows) == len(rows)
-    sections = _within(map(_cause_details, causes), max_chars) if every_row else []
+    details = (_cause_details(c, n, links, internals) for n, c in enumerate(causes, start=1))
+    sections = _within(details, max_chars) if every_row else []
     if every_row and passing and len(sections) == len(causes):
         sections.append(_passing_details(passing))
     if every_row and timing and len(sections) == len(causes) + bool(passing):
         sections.append(timing)
-    top = f"{MARKER}\n{TITLE}\n\n{summary_line(report)}\n\n{_disabled_note(report)}{_header(backends)}"
+    top = f"{MARKER}\n{TITLE}\n\n{summary_line(report, causes)}\n\n{_disabled_note(report)}{_header(backends)}"
+    below_table = "\n\n".join(
+        filter(None, [_passing_rows_line(passing_rows) if passing_rows else "", _not_results_line(cells)])
+    )
     footer = "\n\n".join(filter(None, [health.section(report.cells, escape_inline), _footer(report)]))
 
     def note_for(rows_kept: int, sections_kept: int) -> str:
@@ -350,8 +513,9 @@ def render_markdown(report: Report, max_chars: int = 65000, details_url: str | N
 
     def render(rows_kept: int, sections_kept: int) -> str:
         note = note_for(rows_kept, sections_kept)
-        parts = [top + "".join("\n" + r for r in table_rows[:rows_kept]), *sections[:sections_kept]]
-        return "\n\n".join([*parts, *([note] if note else []), footer]) + "\n"
+        table = top + "".join("\n" + r for r in table_rows[:rows_kept])
+        parts = [table, below_table, *sections[:sections_kept], note, footer]
+        return "\n\n".join(filter(None, parts)) + "\n"
 
     # Sizes measured once; a candidate's size is a sum of them, so choosing what fits is linear, not a re-render.
     row_ends = _running_sums(1 + text_size(r) for r in table_rows)
@@ -359,7 +523,7 @@ def render_markdown(report: Report, max_chars: int = 65000, details_url: str | N
 
     def size(rows_kept: int, sections_kept: int) -> int:
         note = note_for(rows_kept, sections_kept)
-        fixed = text_size(top) + 2 + text_size(footer) + 1 + (2 + text_size(note) if note else 0)
+        fixed = sum(2 + text_size(part) for part in (top, below_table, note, footer) if part) - 1
         return fixed + row_ends[rows_kept] + section_ends[sections_kept]
 
     # Detail sections go first (the passing one, then later failures), then table rows from the bottom.

@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from ..files import read_regular_file
-from .cells import CELL_KEY_SINCE, CELL_KEYS, FAILURE_STATUSES, NOT_A_RESULT, STATUSES, Cell
+from .cells import (
+    CELL_KEY_SINCE,
+    CELL_KEYS,
+    FAILURE_STATUSES,
+    GENERATION_KEYS,
+    GENERATION_STATUSES,
+    NOT_A_RESULT,
+    STATUSES,
+    Cell,
+)
 from .report import REPORT_SCHEMA, Report, summarize
 
 # Older reports (1: no tool_error / not_checked, no frame / disabled; 2: no second_shape / cached / not_run;
@@ -107,8 +116,8 @@ def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> No
         errors.append(f"{where}.status: {_shown(cell['status'])} is not one of {', '.join(STATUSES)}")
     if cell["regression"] not in REGRESSIONS:
         errors.append(f"{where}.regression: {_shown(cell['regression'])} is not new, pre-existing, fixed or null")
-    for key in ("stage", "error_type", "error", "skip_reason"):
-        _check_text(errors, f"{where}.{key}", cell[key], nullable=True)
+    for key in ("stage", "error_type", "error", "skip_reason", "selected_because"):
+        _check_text(errors, f"{where}.{key}", cell.get(key), nullable=True)
     for key in ("max_abs_diff", "max_rel_diff", "tolerance"):
         _check_type(errors, f"{where}.{key}", cell[key], (int, float), nullable=True)
     if _check_type(errors, f"{where}.timings", cell["timings"], (dict,)):
@@ -120,12 +129,13 @@ def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> No
     if _check_type(errors, f"{where}.source", cell["source"], (dict,), nullable=True) and cell["source"]:
         _check_text(errors, f"{where}.source.file", cell["source"].get("file"), nullable=True)
         _check_type(errors, f"{where}.source.line", cell["source"].get("line"), (int,), nullable=True)
-    generation = cell["generation"]
-    valid = _check_type(errors, f"{where}.generation", generation, (dict,), nullable=True)
-    if valid and generation and generation.get("status") not in ("pass", "fail", "skipped"):
-        errors.append(f"{where}.generation.status: expected pass, fail or skipped")
-    if valid and generation:
-        _check_text(errors, f"{where}.generation.detail", generation.get("detail"), nullable=True)
+    for key in GENERATION_KEYS:
+        generation = cell.get(key)
+        valid = _check_type(errors, f"{where}.{key}", generation, (dict,), nullable=True)
+        if valid and generation and generation.get("status") not in GENERATION_STATUSES:
+            errors.append(f"{where}.{key}.status: expected {', '.join(GENERATION_STATUSES)}")
+        if valid and generation:
+            _check_text(errors, f"{where}.{key}.detail", generation.get("detail"), nullable=True)
     if _check_type(errors, f"{where}.frame", cell.get("frame"), (dict,), nullable=True) and cell.get("frame"):
         frame = cell["frame"]
         for key in ("file", "function", "text", "workaround"):
@@ -252,6 +262,14 @@ def validate_report(data: Any) -> list[str]:
         _check_type(errors, "selection.model_types", selection.get("model_types"), (list,))
         _check_type(errors, "selection.representative", selection.get("representative"), (bool,))
         _check_text(errors, "selection.reason", selection.get("reason"), nullable=True)
+        counts = selection.get("reason_counts")
+        if _check_type(errors, "selection.reason_counts", counts, (dict,), nullable=True) and counts:
+            for reason, count in counts.items():
+                _check_type(errors, f"selection.reason_counts[{_shown(reason)}]", count, (int,))
+        notes = selection.get("notes")
+        if _check_type(errors, "selection.notes", notes, (list,), nullable=True) and notes:
+            for index, note in enumerate(notes):
+                _check_text(errors, f"selection.notes[{index}]", note)
     shard = data.get("shard")
     if isinstance(shard, dict):
         index, count = shard.get("index"), shard.get("count")

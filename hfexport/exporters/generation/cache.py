@@ -12,6 +12,7 @@ from ... import compat
 
 # Without it (a transformers older or newer than the names here) generation is off, not the export.
 CacheLayerMixin = compat.internal("transformers.cache_utils.CacheLayerMixin") or object
+LINEAR_ATTENTION_LAYERS = compat.internal_types("transformers.cache_utils.LinearAttentionCacheLayerMixin")
 
 
 class SlotCacheLayer(CacheLayerMixin):
@@ -81,7 +82,12 @@ class CacheLayout:
 
 def layout_from_cache(cache: Cache, max_cache_len: int, dtype: torch.dtype) -> CacheLayout:
     key_shapes, value_shapes = [], []
-    for layer in cache.layers:
+    for index, layer in enumerate(cache.layers):
+        if isinstance(layer, LINEAR_ATTENTION_LAYERS):
+            raise NotImplementedError(
+                f"hfexport's slot cache holds attention keys and values only; {type(layer).__name__} (layer {index}) "
+                "also keeps conv and recurrent states (the static-cache part generates with them)"
+            )
         if not isinstance(layer, CacheLayerMixin) or layer.keys is None:
             raise NotImplementedError(
                 f"export_for_generation supports attention KV caches only, got a {type(layer).__name__} layer"

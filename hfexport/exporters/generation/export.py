@@ -13,6 +13,7 @@ from transformers import Cache, EncoderDecoderCache
 
 from .cache import CacheLayerMixin, layout_from_cache
 from .components import DecoderPrefill, DecoderStep, Seq2SeqDecoderStep, Seq2SeqEncoder
+from .static_cache import StaticCachePrefill, StaticCacheStep, sliding_windows, static_cache, static_layout
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -22,6 +23,8 @@ logger = logging.getLogger("hfexport")
 DEFAULT_MAX_CACHE_LEN = 128
 DECODER_ONLY = "decoder-only"
 ENCODER_DECODER = "encoder-decoder"
+SLOT_CACHE, STATIC_CACHE = "slots", "static"
+CACHES = (SLOT_CACHE, STATIC_CACHE)
 
 
 def _max_positions(model: PreTrainedModel) -> int | None:
@@ -131,6 +134,7 @@ def export_generation_components(
     config: Any,
     max_cache_len: int | None = None,
     traces: Mapping[str, Any] | None = None,
+    cache: str = SLOT_CACHE,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """Export the generation components of ``model``; return them with the ``generation`` entry of export.json.
 
@@ -139,7 +143,11 @@ def export_generation_components(
     those of ``sample_inputs`` and :func:`generate` left-pads shorter prompts to that length.
     ``traces``: a ``SharedTrace`` per component name ("prefill", "decode"; "encoder", "decoder"), handed to each
     component's export as ``HfExporter.export``'s ``trace`` is.
+    ``cache``: ``"slots"`` (hfexport's slot cache, every model kind) or ``"static"`` (transformers' ``StaticCache``,
+    decoder-only models: see ``static_cache.py``).
     """
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
     if CacheLayerMixin is object:
         raise NotImplementedError("this transformers has no transformers.cache_utils.CacheLayerMixin")
     _warn_ignored_settings(model)
@@ -150,7 +158,11 @@ def export_generation_components(
         raise ValueError(f"max_cache_len={max_cache_len} exceeds the model's {limit} positions")
     export = functools.partial(_export_component, exporter, traces)
     if model.config.is_encoder_decoder:
+        if cache == STATIC_CACHE:
+            raise NotImplementedError("the static-cache export covers decoder-only models")
         return _export_encoder_decoder(export, model, sample_inputs, config, max_cache_len)
+    if cache == STATIC_CACHE:
+        return _export_static_decoder(export, model, sample_inputs, config, max_cache_len)
     return _export_decoder_only(export, model, sample_inputs, config, max_cache_len)
 
 
@@ -229,6 +241,78 @@ def _export_decoder_only(
         **_special_tokens(model),
     }
     return components, generation
+
+
+def _export_static_decoder(
+    export: Callable[..., tuple[Any, dict[str, Any]]],
+    model: PreTrainedModel,
+    sample_inputs: dict[str, Any],
+    config: Any,
+    max_cache_len: int,
+) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    """Prefill and decode on transformers' ``StaticCache``; the cache's shapes come from one eager prefill on it."""
+    input_ids = sample_inputs["input_ids"]
+    batch_size, prompt_length = input_ids.shape
+    attention_mask = sample_inputs.get("attention_mask", torch.ones_like(input_ids))
+    prefill_inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids_from_mask(attention_mask),
+    }
+    try:
+        cache = static_cache(model, max_cache_len)
+    except Exception as error:  # a config StaticCache cannot lay out (a layer type it does not map)
+        raise NotImplementedError(f"{type(model).__name__}'s config takes no StaticCache: {error}") from error
+    # A sliding window shorter than the cache holds fewer tokens: the request must fit the smallest window.
+    max_cache_len = min([max_cache_len, *sliding_windows(cache)])
+    if prompt_length >= max_cache_len:
+        raise NotImplementedError(
+            f"the sample prompt ({prompt_length} tokens) does not fit a {max_cache_len}-token window"
+        )
+    cache = static_cache(model, max_cache_len)
+    with torch.no_grad():
+        model(**prefill_inputs, past_key_values=cache, use_cache=True)
+    layout = static_layout(cache, max_cache_len)
+    decode_inputs = {
+        "input_ids": input_ids[:, -1:],
+        "attention_mask": torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1),
+        "position_ids": prefill_inputs["position_ids"][:, -1:] + 1,
+        "cache_position": torch.tensor([prompt_length]),
+        "past_states": layout.read(cache),
+    }
+    prompt = dict.fromkeys(prefill_inputs, max_cache_len - 1)
+    prefill_config = _component_config(config, _dynamic_shapes(config, prefill_inputs, prompt))
+    decode_config = _component_config(config, _static_decode_shapes(config, decode_inputs, max_cache_len))
+    # Named apart from the slot cache's components: a shared trace is kept per component name.
+    components = {
+        "static_prefill": export("static_prefill", StaticCachePrefill(model, layout), prefill_inputs, prefill_config),
+        "static_decode": export("static_decode", StaticCacheStep(model, layout), decode_inputs, decode_config),
+    }
+    dynamic = config.dynamic
+    generation = {
+        "kind": DECODER_ONLY,
+        "components": {"prefill": "static_prefill", "decode": "static_decode"},
+        "max_cache_len": max_cache_len - 1,
+        "batch_size": None if dynamic else batch_size,
+        "prefill_length": None if dynamic else prompt_length,
+        "cache": layout.to_dict(),
+        **_special_tokens(model),
+    }
+    return components, generation
+
+
+def _static_decode_shapes(config: Any, inputs: dict[str, Any], max_cache_len: int) -> dict[str, Any]:
+    """The decode step's mask grows by one token a step: its length is dynamic (up to the cache), whether or not the
+    export is; the batch is dynamic as ``_dynamic_shapes`` makes it."""
+    from torch.export import Dim
+
+    shapes = _dynamic_shapes(config, inputs) or dict.fromkeys(inputs)
+    # Eager pads the mask to the cache's length (a pad of at least one): the last slot stays unused.
+    seen = Dim("seen", min=2, max=max_cache_len - 1)
+    shapes["attention_mask"] = {**(shapes["attention_mask"] or {}), 1: seen}
+    if shapes["past_states"] is None:
+        shapes["past_states"] = [None] * len(inputs["past_states"])
+    return shapes
 
 
 def _export_encoder_decoder(

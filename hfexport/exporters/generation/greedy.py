@@ -10,6 +10,7 @@ import torch
 from ..utils import ExportFailure
 from .cache import CacheLayout
 from .export import ENCODER_DECODER, position_ids_from_mask, token_id_list
+from .static_cache import STATIC_LAYOUT
 
 
 class GenerationLengthError(ExportFailure):
@@ -161,11 +162,9 @@ def _generate_decoder_only(
         return exported.run(
             components["decode"],
             input_ids=tokens,
-            attention_mask=slots_mask,
             position_ids=position,
             cache_position=torch.tensor([slot]),
-            past_keys=list(cache["present_keys"]),
-            past_values=list(cache["present_values"]),
+            **_decode_cache_inputs(generation, slots_mask, slot, cache),
         )
 
     # A prompt longer than a static prefill: the rest goes through decode, one token per step.
@@ -181,6 +180,20 @@ def _generate_decoder_only(
         outputs = decode(new_tokens[-1][:, None], slot, position, outputs)
         new_tokens.append(greedy.next_tokens(outputs["logits"]))
     return torch.cat([input_ids, torch.stack(new_tokens, 1)], 1)
+
+
+def _decode_cache_inputs(
+    generation: dict[str, Any], slots_mask: torch.Tensor, slot: int, outputs: dict[str, Any]
+) -> dict[str, Any]:
+    """The mask and cache a decode step takes: the mask over every slot and the slot cache's keys and values, or (on
+    transformers' StaticCache) the mask over the tokens seen so far and the cache's states."""
+    if generation["cache"]["layout"] == STATIC_LAYOUT:
+        return {"attention_mask": slots_mask[:, : slot + 1], "past_states": list(outputs["present_states"])}
+    return {
+        "attention_mask": slots_mask,
+        "past_keys": list(outputs["present_keys"]),
+        "past_values": list(outputs["present_values"]),
+    }
 
 
 def _encoder_inputs(

@@ -1,0 +1,165 @@
+"""Generation on the caches and export paths users run: transformers' StaticCache and its exportable modules.
+
+The gate's default generation part exports with hfexport's slot cache; ``generation_static`` exports prefill and
+decode around a real ``transformers.StaticCache`` (its layers' own update code is traced), and ``export_module``
+exports through ``TorchExportableModuleForDecoderOnlyLM(...).export()``. A checkout whose ``StaticLayer.update``
+branches on data must fail in the static-cache part, at that line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from checkout_fixture import commit, make_checkout
+from click.testing import CliRunner
+
+from hfexport.cli import main
+from hfexport.exporters import AutoExportConfig, AutoHfExporter
+from hfexport.gate.blame import blame
+from hfexport.gate.checks import run_cell
+from hfexport.tiny_models import sample_inputs, tiny_model
+
+NEW_TOKENS = 4
+CACHE_UTILS = "src/transformers/cache_utils.py"
+# The top of StaticLayer.update in transformers 5.23 (the first lines after its docstring).
+STATIC_UPDATE_TOP = """        # Lazy initialization
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+
+        # Create a tensor to slice the static kv at the correct indices
+"""
+DATA_DEPENDENT_BRANCH = """        if key_states.isnan().any():  # a data-dependent branch
+            raise ValueError("NaN keys")
+"""
+
+
+def _eager_tokens(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+        )
+
+
+def _static_export(model: torch.nn.Module, backend: str = "dynamo"):
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": False})
+    return AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config, cache="static")
+
+
+def test_static_cache_generation_with_linear_attention_layers_matches_eager() -> None:
+    # FalconH1's layers (LinearAttentionAndStaticFullAttentionLayer) keep conv and recurrent states beside keys and
+    # values: all of them go in and out of the decode program, so four greedy tokens equal eager's.
+    model = tiny_model("FalconH1ForCausalLM", seed=0)
+    input_ids = sample_inputs(model)["input_ids"]
+    expected = _eager_tokens(model, input_ids)
+    exported = _static_export(model)
+    cache = exported.manifest["generation"]["cache"]
+    assert cache["layout"] == "transformers-static"
+    assert {name for _, name, _ in cache["entries"]} == {"keys", "values", "conv_states", "recurrent_states"}
+    assert exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist() == (
+        expected.tolist()
+    )
+
+
+def test_static_cache_decode_serves_every_step_of_a_sliding_window_model() -> None:
+    # StaticSlidingWindowLayer counts its tokens in a Python int: the decode program takes it from the mask's length,
+    # so the one program traced at the first step gives eager's tokens at the later ones too.
+    model = tiny_model("MistralForCausalLM", seed=0)
+    input_ids = sample_inputs(model)["input_ids"]
+    exported = _static_export(model)
+    produced = exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+    assert produced.tolist() == _eager_tokens(model, input_ids).tolist()
+
+
+def test_a_window_shorter_than_the_prompt_is_declined_with_the_reason() -> None:
+    model = tiny_model("MistralForCausalLM", seed=0)
+    model.config.sliding_window = 5
+    with pytest.raises(NotImplementedError, match=r"sample prompt \(7 tokens\) does not fit a 5-token window"):
+        _static_export(model)
+
+
+def test_the_slot_cache_declines_linear_attention_and_blames_itself_in_transformers() -> None:
+    # Handed to transformers, the slot cache made FalconH1 fail inside cache_utils (no conv state on a SlotCacheLayer):
+    # that is hfexport's limit, never the model's failure.
+    from hfexport.exporters.generation.cache import slot_cache
+
+    cache = slot_cache([torch.zeros(1, 1, 4, 2)], [torch.zeros(1, 1, 4, 2)], torch.arange(1))
+    with pytest.raises(ValueError, match="SlotCacheLayer") as raised:
+        cache.get_conv_state(0)
+    found = blame(raised.value)
+    assert found.owner == "hfexport"
+    assert found.frame is not None and found.frame.module == "transformers.cache_utils"
+    model = tiny_model("FalconH1ForCausalLM", seed=0)
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": False})
+    with pytest.raises(NotImplementedError, match="slot cache holds attention keys and values only"):
+        AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config)
+
+
+def test_gate_cell_runs_the_static_cache_and_export_module_parts() -> None:
+    job = {"model_type": "llama", "model_class": "LlamaForCausalLM", "module": None, "backend": "dynamo"}
+    cell = run_cell({**job, "generation": True}, None)
+    assert cell["status"] == "pass", cell["error"]
+    for part in ("generation", "generation_static", "export_module"):
+        assert cell[part] == {"status": "pass", "detail": f"{NEW_TOKENS} greedy tokens match eager"}, part
+    assert {"generation_static", "export_module"} <= set(cell["timings"])
+
+
+def _checkout_with_branch(root: Path) -> tuple[Path, int]:
+    """A checkout whose StaticLayer.update starts with a data-dependent branch; the branch's line number."""
+    repo = make_checkout(root, heads=1)
+    source = (repo / CACHE_UTILS).read_text()
+    if source.count(STATIC_UPDATE_TOP) != 1:
+        pytest.skip("this transformers' StaticLayer.update does not start as 5.23's does")
+    broken = source.replace(STATIC_UPDATE_TOP, DATA_DEPENDENT_BRANCH + STATIC_UPDATE_TOP)
+    commit(repo, {CACHE_UTILS: broken}, "a data-dependent branch in StaticLayer.update")
+    return repo, broken[: broken.index(DATA_DEPENDENT_BRANCH)].count("\n") + 1
+
+
+def _check(repo: Path, report_dir: Path, monkeypatch: pytest.MonkeyPatch, models: str, backends: str) -> tuple:
+    monkeypatch.chdir(repo)
+    args = ["check", "--models", models, "--backends", backends, "--no-cache", "--no-health", "-j", "1"]
+    result = CliRunner().invoke(main, [*args, "--report-dir", str(report_dir)])
+    return result.exit_code, result.output, json.loads((report_dir / "report.json").read_text())
+
+
+def test_a_branch_in_static_layer_update_fails_the_static_cache_part_at_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, line = _checkout_with_branch(tmp_path / "transformers")
+    code, output, report = _check(repo, tmp_path / "report", monkeypatch, "LlamaForCausalLM", "dynamo")
+    assert code == 1, output
+    (cell,) = report["cells"]
+    assert (cell["status"], cell["stage"]) == ("fail", "dynamo · generation · static cache")
+    assert (cell["frame"]["file"], cell["frame"]["line"]) == (CACHE_UTILS, line)
+    assert cell["frame"]["function"] == "StaticLayer.update"
+    assert cell["generation"]["status"] == "pass"  # the slot cache never runs StaticLayer
+
+
+@pytest.mark.slow
+def test_three_decoder_lms_on_every_backend_clean_then_with_the_branch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The issue's acceptance run: clean, every new part passes; with the branch, LlamaForCausalLM fails in the
+    # static-cache part at the branch's line on every backend.
+    models, backends = "LlamaForCausalLM,MistralForCausalLM,Gemma3ForCausalLM", "dynamo,onnx,executorch"
+    repo, line = _checkout_with_branch(tmp_path / "transformers")
+    clean = make_checkout(tmp_path / "clean", heads=1)
+    code, output, report = _check(clean, tmp_path / "clean-report", monkeypatch, models, backends)
+    assert code == 0, output
+    for cell in report["cells"]:
+        assert cell["status"] == "pass", cell
+        assert cell["generation_static"]["status"] == "pass", cell
+        assert (cell["export_module"] or {"status": "pass"})["status"] == "pass", cell
+    code, output, report = _check(repo, tmp_path / "report", monkeypatch, models, backends)
+    assert code == 1, output
+    llama = [cell for cell in report["cells"] if cell["model_class"] == "LlamaForCausalLM"]
+    assert len(llama) == 3
+    for cell in llama:
+        assert cell["stage"] == f"{cell['backend']} · generation · static cache", cell
+        assert (cell["frame"]["file"], cell["frame"]["line"]) == (CACHE_UTILS, line)
