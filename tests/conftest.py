@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+# ``impact_map``: an impact map recorded once per session, for tests that select by it (see impact_fixture.py).
+pytest_plugins = ["impact_fixture"]
 DURATIONS = Path(__file__).with_name("durations.json")
 _RECORDED: dict[str, float] = {}
 

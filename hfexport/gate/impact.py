@@ -311,11 +311,15 @@ def default_map(cache_dir: Path | None, expect: dict[str, str | None]) -> Impact
     return found if found.records else None
 
 
+def recording_supported() -> bool:
+    return sys.version_info[:2] == RECORDING_PYTHON
+
+
 def build_map(target: Target, options: CheckOptions, echo: Callable[[str], None] = print) -> ImpactMap:
     """Run ``target``'s selection as ``check`` would, recording, and return the map of what each class ran."""
     from .run import run_check
 
-    if sys.version_info[:2] != RECORDING_PYTHON:
+    if not recording_supported():
         raise ImpactMapError(f"impact maps are recorded on Python {'.'.join(map(str, RECORDING_PYTHON))} only")
     options.record_impact = True
     built = ImpactMap(expected_versions(target.checkout))

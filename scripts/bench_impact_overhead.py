@@ -1,0 +1,80 @@
+"""What impact recording adds to a check: the same jobs on a job worker that records and on one that does not.
+
+Each repeat starts a plain worker and a recording one (alternating which goes first), times its start and warm-up
+(the recording one instruments every loaded transformers function then), and runs every class's job (all its
+backends) on it; a job's time is the wall time from the previous job's last cell to its own (fork, cells, record),
+as the gate waits for it. Medians over the repeats are compared.
+
+    python scripts/bench_impact_overhead.py --models LlamaForCausalLM,BertModel,T5Model --backends dynamo,onnx
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from hfexport.gate.jobs import JobOptions, WorkerProcess
+
+
+def run_worker(names: list[str], backends: list[str], impact: bool) -> tuple[float, dict[str, tuple[float, int]]]:
+    """Seconds to start and warm a worker; per class, seconds for its job and how many units its record holds."""
+    began = time.perf_counter()
+    worker = WorkerProcess(None, JobOptions(backends=tuple(backends), impact=impact))
+    try:
+        classes = worker.resolve(names)["classes"]
+        worker.warm(sorted({entry["module"] for entry in classes}))
+        started = time.perf_counter()
+        jobs = [
+            {key: entry[key] for key in ("model_type", "model_class", "module")}
+            | {"backend": backends[0], "backends": backends, "generation": True}
+            for entry in classes
+        ]
+        left = {index: len(backends) for index in range(len(jobs))}
+        done, last = {}, started
+        for index, _, cell in worker.run(jobs):
+            left[index] -= 1
+            units = len((cell.get("impact") or {}).get("units", []))
+            name = jobs[index]["model_class"]
+            done[name] = (done.get(name, (0.0, 0))[0], max(units, done.get(name, (0.0, 0))[1]))
+            if cell["status"] not in ("pass", "fail", "not_checked"):
+                print(f"  {name}: {cell['status']} {cell.get('error')}")
+            if not left[index]:
+                now = time.perf_counter()
+                done[name] = (now - last, done[name][1])
+                last = now
+    finally:
+        worker.close()
+    return started - began, done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="LlamaForCausalLM,BertModel,T5Model")
+    parser.add_argument("--backends", default="dynamo,onnx")
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+    names, backends = options.models.split(","), options.backends.split(",")
+    starts: dict[bool, list[float]] = {False: [], True: []}
+    jobs: dict[tuple[str, bool], list[float]] = {}
+    for repeat in range(options.repeats):
+        for impact in (False, True) if repeat % 2 == 0 else (True, False):
+            took, done = run_worker(names, backends, impact)
+            starts[impact].append(took)
+            for name, (seconds, units) in done.items():
+                jobs.setdefault((name, impact), []).append(seconds)
+                print(f"  {'recording' if impact else 'plain'} {name}: {seconds:.2f} s, {units} units", flush=True)
+    print(f"{'class':40} {'plain s':>8} {'recording s':>12} {'overhead':>9}")
+    totals = [0.0, 0.0]
+    for name in dict.fromkeys(name for name, _ in jobs):
+        off, on = (statistics.median(jobs[(name, flag)]) for flag in (False, True))
+        totals = [totals[0] + off, totals[1] + on]
+        print(f"{name:40} {off:8.2f} {on:12.2f} {100 * (on / off - 1):+8.1f}%")
+    print(f"{'all jobs':40} {totals[0]:8.2f} {totals[1]:12.2f} {100 * (totals[1] / totals[0] - 1):+8.1f}%")
+    start_off, start_on = statistics.median(starts[False]), statistics.median(starts[True])
+    share = 100 * (start_on - start_off) / totals[0]
+    print(f"worker start + warm: {start_off:.2f} s plain, {start_on:.2f} s recording ({share:+.1f}% of the jobs' time)")
+
+
+if __name__ == "__main__":
+    main()
