@@ -142,6 +142,9 @@ def reports(draw: st.DrawFn) -> dict[str, Any]:
         "summary": summarize([Cell.from_dict(cell) for cell in drawn]),
         "exit_code": 1,
     }
+    if draw(st.integers(0, 3)) == 0:  # a merge that lacked shards (`merge --allow-partial`), or a forged record
+        record = {"shards": st.integers(2, 20), "missing": st.lists(st.integers(1, 20), min_size=1, max_size=5)}
+        report["incomplete"] = draw(st.fixed_dictionaries(record) | json_value)
     for _ in range(draw(st.integers(0, 2))):
         where = draw(st.sampled_from(["report", *range(len(drawn))]))
         target = report if where == "report" else drawn[where]

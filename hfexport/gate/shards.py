@@ -68,7 +68,7 @@ def missing_shards(reports: Sequence[Report]) -> tuple[int, list[int]]:
 def ranges(indices: Sequence[int]) -> str:
     """``[2, 3, 4, 7]`` -> ``"shards 2\u20134, 7"`` (an en dash); ``[2]`` -> ``"shard 2"``."""
     runs: list[list[int]] = []
-    for index in sorted(indices):
+    for index in sorted(set(indices)):
         if runs and index == runs[-1][1] + 1:
             runs[-1][1] = index
         else:
