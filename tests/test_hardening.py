@@ -358,3 +358,13 @@ def test_a_bug_in_hfexport_exits_2_not_1(tmp_path: Path, monkeypatch: pytest.Mon
     *trace, last = result.output.strip().splitlines()
     assert trace[0] == "Traceback (most recent call last):" and "in broken" in result.output
     assert last.startswith("error: hfexport failed: KeyError: ") and "(a bug in hfexport" in last
+
+
+def test_a_report_dir_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "shard.json"
+    path.write_text(json.dumps(shard(1, 1)))
+    result = CliRunner().invoke(main, ["merge", str(path), "--report-dir", str(tmp_path / "file" / "out")])
+    *_, line = result.output.strip().splitlines()  # after the table
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert line == f"error: cannot write the reports to {tmp_path / 'file' / 'out'}: Not a directory"
