@@ -170,12 +170,7 @@ class ResultCache:
 
     def _entries(self, job: dict[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
         """The valid entries of ``job``'s key, newest first; each invalid one is logged and removed."""
-        folder = self.directory / self.key(job)
-        dated = []
-        for path in folder.glob("*.json"):
-            with contextlib.suppress(FileNotFoundError):  # removed meanwhile by a concurrent run's eviction
-                dated.append((path.lstat().st_mtime, path))
-        for _, path in sorted(dated, reverse=True):
+        for path in _newest_first(self.directory / self.key(job)):
             try:
                 # NaN (a diff that could not be computed) is read as null, as the report records it.
                 entry = json.loads(read_regular_file(path, MAX_ENTRY_BYTES), parse_constant=lambda _: None)
@@ -209,12 +204,20 @@ class ResultCache:
             with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
                 json.dump(entry, handle)
             os.replace(handle.name, folder / name)
-            kept = sorted(folder.glob("*.json"), key=lambda p: p.lstat().st_mtime, reverse=True)
         except OSError as error:
             raise CacheError(f"cannot write the result cache at {self.directory}: {error.strerror or error}") from None
-        for stale in kept[MAX_ENTRIES_PER_KEY:]:
+        for stale in _newest_first(folder)[MAX_ENTRIES_PER_KEY:]:
             with contextlib.suppress(OSError):
                 stale.unlink()
+
+
+def _newest_first(folder: Path) -> list[Path]:
+    """The entry files of a key, most recently used first."""
+    dated = []
+    for path in folder.glob("*.json"):
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile by a concurrent run's eviction
+            dated.append((path.lstat().st_mtime, path))
+    return [path for _, path in sorted(dated, reverse=True)]
 
 
 def _problem(entry: Any, job: dict[str, Any]) -> str | None:
