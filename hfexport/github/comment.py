@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..gate.markdown import MARKER, render_markdown
+from ..gate.markdown import MARKER, render_markdown, repository_url
 from ..gate.report import Report
 from ..gate.schema import SHA
 from .event import EventError, event_pr, read_event
@@ -48,6 +48,7 @@ class Target:
     pr_number: int | None = None
     expected_head_sha: str | None = None
     details_url: str | None = None
+    server_url: str = "https://github.com"  # where the comment's line links point (GITHUB_SERVER_URL)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ def resolve_target(
         pr_number=pr_number or _as_int(event_number),
         expected_head_sha=expected,
         details_url=details_url or run_url,
+        server_url=environ.get("GITHUB_SERVER_URL") or "https://github.com",
     )
 
 
@@ -104,9 +106,7 @@ def checked_api_url(url: str) -> str:
         host = parsed.hostname or ""
     except ValueError:  # an unclosed IPv6 bracket
         raise CommentError("the API URL (--api-url or GITHUB_API_URL) is not a URL") from None
-    if parsed.scheme == "https" and host:
-        return url.strip().rstrip("/")
-    if parsed.scheme == "http" and _is_loopback(host):
+    if (parsed.scheme == "https" and host) or (parsed.scheme == "http" and _is_loopback(host)):
         return url.strip().rstrip("/")
     shown = f"{parsed.scheme}://{host}" if parsed.scheme else "a URL without a scheme"
     raise CommentError(
@@ -326,7 +326,8 @@ def post_report(
         raise CommentError(
             f"the report is for commit {report_head[:12]}, the triggering run built {target.expected_head_sha[:12]}"
         )
-    body = render_markdown(report, max_chars=BODY_LIMIT, details_url=target.details_url)
+    repository = repository_url(target.server_url, target.repository)
+    body = render_markdown(report, max_chars=BODY_LIMIT, details_url=target.details_url, repository=repository)
     # retry=None: PyGithub's own retry would repeat a POST whose comment may already exist; we retry whole steps.
     github = Github(
         auth=Auth.Token(target.token),
