@@ -88,7 +88,7 @@ def test_action_metadata_parses_and_every_input_is_used_through_env_or_with():
 
 def test_steps_that_use_other_actions_are_configured():
     uses = {step["uses"].split("@")[0]: step for step in STEPS if "uses" in step}
-    assert set(uses) == {"actions/setup-python", "actions/cache", "actions/upload-artifact"}
+    assert set(uses) == {"actions/setup-python", "actions/cache", "actions/cache/restore", "actions/upload-artifact"}
     assert uses["actions/setup-python"]["with"]["python-version"] == "${{ inputs.python-version }}"
     pip, results = (step["with"] for step in STEPS if step.get("uses", "").startswith("actions/cache@"))
     assert (pip["path"], pip["key"]) == ("${{ steps.pip-cache.outputs.dir }}", "${{ steps.pip-cache.outputs.key }}")
@@ -290,7 +290,7 @@ def readme_workflows() -> list[dict[str, Any]]:
 
 def test_every_readme_workflow_serializes_runs_and_leaves_no_token_on_disk():
     workflows = readme_workflows()
-    assert len(workflows) == 4  # one job, fork check, fork comment, matrix
+    assert len(workflows) == 5  # one job, fork check, fork comment, matrix, impact map
     for workflow in workflows:
         name = f"{workflow['name']} on {workflow[True]}"
         assert workflow.get("concurrency", {}).get("group"), f"{name}: overlapping runs can both post"

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 from checkout_fixture import LLAMA
 from click.testing import CliRunner
 from impact_fixture import IMPACT_GROUP, BuiltMap, build
+from test_action import STEPS, readme_workflows
 
 from hfexport.cli import main
 from hfexport.gate.impact import CodeUnit, ImpactMap, ImpactMapError, default_map
@@ -144,3 +146,27 @@ def test_build_usage_errors_exit_2(tmp_path: Path) -> None:
     for args in ([], ["--all", "--models", "llama"], ["--models", "llama", "--no-cache", "--cache-dir", "x"]):
         result = CliRunner().invoke(main, ["impact", "build", *args, "-o", str(tmp_path / "m.json")])
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+
+
+def _commands(run: str) -> list[list[str]]:
+    """The hfexport command lines of a `run:` script, as argument lists after ``hfexport`` / ``hfexport.cli``."""
+    lines = [shlex.split(line) for line in run.splitlines() if "hfexport" in line and "pip install" not in line]
+    return [words[next(i for i, w in enumerate(words) if w in ("hfexport", "hfexport.cli")) + 1 :] for words in lines]
+
+
+def test_the_readme_workflow_builds_merges_and_saves_what_the_action_restores() -> None:
+    (workflow,) = [w for w in readme_workflows() if "schedule" in w[True]]
+    steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
+    runs = [step["run"].replace("${{ matrix.shard }}", "1") for step in steps if "run" in step]
+    commands = [command for run in runs for command in _commands(run)]
+    assert [command[:2] for command in commands] == [["impact", "build"], ["impact", "merge"]]
+    for args in commands:  # every command and option exists: click parses them (a bad one exits 2)
+        context = main.make_context("hfexport", list(args))
+        main.get_command(context, args[0]).get_command(context, args[1]).make_context(args[1], args[2:])
+    save = next(step for step in steps if step.get("uses", "").startswith("actions/cache/save@"))
+    restore = next(step for step in STEPS if step.get("uses", "").startswith("actions/cache/restore@"))
+    assert save["with"]["path"] == restore["with"]["path"]  # actions/cache versions an entry by its path
+    assert save["with"]["key"].startswith(restore["with"]["restore-keys"].replace("github.base_ref || ", ""))
+    merged = commands[1][commands[1].index("-o") + 1]
+    check = next(step for step in STEPS if step.get("id") == "check")
+    assert merged.replace("$RUNNER_TEMP", "${{ runner.temp }}") == check["env"]["RESTORED_MAP"]

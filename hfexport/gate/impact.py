@@ -159,6 +159,7 @@ class ImpactMap:
 
     def dump(self, path: Path) -> None:
         """Write the map (whole, then renamed into place)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
         temporary.write_text(json.dumps(self.to_json(), separators=(",", ":")))
         os.replace(temporary, path)
