@@ -139,6 +139,7 @@ def test_a_branch_in_static_layer_update_fails_the_static_cache_part_at_its_line
     assert (cell["frame"]["file"], cell["frame"]["line"]) == (CACHE_UTILS, line)
     assert cell["frame"]["function"] == "StaticLayer.update"
     assert cell["generation"]["status"] == "pass"  # the slot cache never runs StaticLayer
+    assert cell["generation_static"] == {"status": "fail", "detail": cell["error"]}
 
 
 @pytest.mark.slow

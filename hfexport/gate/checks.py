@@ -537,7 +537,7 @@ def _check_generation(
         cell["generation"] = {"status": "skipped", "detail": detail.splitlines()[0][:300]}
         return
     for key, cache in GENERATION_PARTS:
-        with step(f"{backend} · {GENERATION_LABELS[key]}", timings, key):
+        with failing_part(cell, key), step(f"{backend} · {GENERATION_LABELS[key]}", timings, key):
             exported = _declined_or(
                 cell, key, functools.partial(export, model, copy.deepcopy(inputs), backend, True, cache=cache)
             )
@@ -552,6 +552,17 @@ def _check_generation(
         cell["export_module"] = {"status": "not_checked", "detail": detail}
         return
     _check_export_module(model, reference, input_ids[:1], backend, cell, timings)
+
+
+@contextmanager
+def failing_part(cell: dict[str, Any], key: str) -> Iterator[None]:
+    """A model's failure inside a generation part ends the cell and marks that part failed, with its first line."""
+    try:
+        yield
+    except CellFailure as failure:
+        if failure.status == "fail" and cell.get(key) is None:
+            cell[key] = {"status": "fail", "detail": failure.first_line[:300]}
+        raise
 
 
 def _eager_tokens(reference: Any, input_ids: Any) -> Any:
@@ -596,7 +607,8 @@ def _check_export_module(
     from .export_modules import ModuleDeclined, export_module_program, greedy_tokens, runtime_step
 
     expected = _eager_tokens(reference, prompt)
-    with step(f"{backend} · {GENERATION_LABELS['export_module']}", timings, "export_module"):
+    stage = f"{backend} · {GENERATION_LABELS['export_module']}"
+    with failing_part(cell, "export_module"), step(stage, timings, "export_module"):
         try:
             program = export_module_program(model, prompt)
         except ModuleDeclined as declined:
