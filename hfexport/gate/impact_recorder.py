@@ -50,25 +50,24 @@ class ImpactRecorder:
         self.units: list[ExecutedUnit] = []
         self._done: set[str] = set()  # modules already instrumented
         self._seen: set[int] = set()  # ids of function objects already instrumented
+        self._instrumented: dict[CodeType, CodeType] = {}  # a decorator's wrappers share their code
         self._packages = _package_parents(root)
+        self._files: dict[str, str] = {}  # absolute file -> transformers/... path
 
     def instrument_loaded(self) -> int:
-        """Instrument the functions of every transformers module imported since the last call; returns how many."""
+        """Instrument the functions reachable from every transformers module imported since the last call, wherever
+        in transformers they are defined (a decorator's wrapper in ``utils/generic.py``); returns how many units."""
         before = len(self.units)
-        modules = {
-            getattr(m, "__file__", None): name
-            for name, m in list(sys.modules.items())
-            if _is_transformers(name) and isinstance(m, ModuleType) and name not in self._done
-        }
-        modules.pop(None, None)
-        for file, name in modules.items():
+        loaded = [(name, m) for name, m in list(sys.modules.items()) if _is_transformers(name) and m is not None]
+        files = {getattr(m, "__file__", None): name for name, m in loaded}
+        for name, module in [(name, m) for name, m in loaded if name not in self._done]:
             self._done.add(name)
-            relative = self._relative(file)
-            for function in _functions_of(sys.modules[name]):
-                if function.__code__.co_filename == file and id(function) not in self._seen:
+            for function in _functions_of(module):
+                source = function.__code__.co_filename
+                if source in files and id(function) not in self._seen:
                     self._seen.add(id(function))
                     function.__globals__[PROBE] = self._probe
-                    function.__code__ = self._instrument(function.__code__, name, relative)
+                    function.__code__ = self._instrument(function.__code__, files[source], self._relative(source))
         return len(self.units) - before
 
     def reset(self) -> None:
@@ -83,6 +82,8 @@ class ImpactRecorder:
         return {"versions": expected_versions(self.root), "units": units, "modules": modules}
 
     def _instrument(self, code: CodeType, module: str, file: str) -> CodeType:
+        if code in self._instrumented:
+            return self._instrumented[code]
         editor = _EntryEditor(code)
         for index, constant in enumerate(code.co_consts):
             if isinstance(constant, CodeType):
@@ -93,15 +94,16 @@ class ImpactRecorder:
         self.units.append(
             ExecutedUnit(CodeUnit(module, code.co_qualname), file, code.co_firstlineno, max(lines, default=0))
         )
-        return editor.finish_with_probe(len(self.units) - 1)
+        self._instrumented[code] = editor.finish_with_probe(len(self.units) - 1)
+        return self._instrumented[code]
 
     def _relative(self, file: str) -> str:
         """``transformers/...py``, whether the file is the checkout's or the installed package's."""
-        path = Path(file).resolve()
-        for parent in self._packages:
-            if path.is_relative_to(parent):
-                return path.relative_to(parent).as_posix()
-        return path.as_posix()
+        if file not in self._files:
+            path = Path(file).resolve()
+            parent = next((p for p in self._packages if path.is_relative_to(p)), None)
+            self._files[file] = (path.relative_to(parent) if parent else path).as_posix()
+        return self._files[file]
 
 
 class _EntryEditor(Editor):
@@ -181,12 +183,25 @@ def _functions_of(module: ModuleType) -> list[FunctionType]:
 
 
 def _unwrapped(value: Any) -> list[FunctionType]:
+    """The functions behind a class or module attribute: itself, what it wraps (``__wrapped__``) and, for a decorator
+    that does not say what it wraps, the functions its closure holds."""
     if isinstance(value, (staticmethod, classmethod)):
         value = value.__func__
     if isinstance(value, property):
         return [f for accessor in (value.fget, value.fset, value.fdel) for f in _unwrapped(accessor)]
-    chain = []
-    while isinstance(value, FunctionType) and value not in chain:
-        chain.append(value)
-        value = getattr(value, "__wrapped__", None)
-    return chain
+    found: list[FunctionType] = []
+    todo = [value]
+    while todo:
+        current = todo.pop()
+        if isinstance(current, FunctionType) and not any(current is f for f in found):
+            found.append(current)
+            todo.append(getattr(current, "__wrapped__", None))
+            todo.extend(_contents(cell) for cell in current.__closure__ or ())
+    return found
+
+
+def _contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell: a name the function assigns later
+        return None
