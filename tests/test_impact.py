@@ -170,3 +170,28 @@ def test_the_readme_workflow_builds_merges_and_saves_what_the_action_restores() 
     merged = commands[1][commands[1].index("-o") + 1]
     check = next(step for step in STEPS if step.get("id") == "check")
     assert merged.replace("$RUNNER_TEMP", "${{ runner.temp }}") == check["env"]["RESTORED_MAP"]
+
+
+def test_default_map_takes_only_well_formed_records_of_this_version(tmp_path: Path) -> None:
+    record = _map({"LlamaModel": ["create_causal_mask"]}).to_json()
+    good = {"versions": VERSIONS, "units": record["units"], "modules": record["modules"]}
+    entries = {
+        "good": ("LlamaModel", good),
+        "other version": ("BertModel", {**good, "versions": {**VERSIONS, "transformers": "5.24.0"}}),
+        "bad row": ("T5Model", {**good, "units": [["transformers.masking_utils", "f", "x.py", 3, 1]]}),
+        "bad class": ("Llama Model", good),
+    }
+    for name, (model_class, impact) in entries.items():
+        folder = tmp_path / name.replace(" ", "-")
+        folder.mkdir()
+        entry = {"job": {"model_class": model_class}, "result": {"status": "pass", "impact": impact}}
+        (folder / "entry.json").write_text(json.dumps(entry))
+    outside = tmp_path.parent / "outside.json"  # a good entry, but reached through a link: never followed
+    outside.write_text(json.dumps({"job": {"model_class": "ViTModel"}, "result": {"status": "pass", "impact": good}}))
+    (tmp_path / "good" / "link.json").symlink_to(outside)
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "entry.json").write_bytes(b"\xff")
+    found = default_map(tmp_path, VERSIONS)
+    assert found is not None and found.model_classes() == {"LlamaModel"}
+    assert found.classes_running(CodeUnit("transformers.masking_utils", "create_causal_mask")) == {"LlamaModel"}
+    assert default_map(tmp_path / "missing", VERSIONS) is None

@@ -109,7 +109,7 @@ def test_installed_hook_blocks_a_broken_model(tmp_path, hook_repo, env):
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert "hfexport export check....." in output and "Failed" in output and "exit code: 1" in output
-    assert "LlamaForCausalLM · onnx: fail · onnx · stage 4 ONNX translations" in output and "(1 new" in output
+    assert "LlamaForCausalLM · onnx: fail · stage 4 ONNX translations" in output and "(1 new" in output
     assert git(checkout, "rev-parse", "HEAD") == before  # the commit was refused
     assert f"worktree {away}" in git(checkout, "worktree", "list", "--porcelain")  # ran at base, record kept
 

@@ -2,9 +2,11 @@
 
 A check (one model class on its backends: the eager reference run, the export traces, generation) records, in the
 gate worker's forked child, every transformers function and method that executed (``CodeUnit``: module and qualified
-name, with its file and first and last line) and every transformers module the process held. The record travels
-with the cell's result (``cell["impact"]``, kept by the result cache under the cell's key) and is merged, per class,
-into a map: ``hfexport impact build`` writes one for a selection, ``hfexport impact merge`` joins shards.
+name, with its file and first and last line) and the transformers modules the job depended on (the files the result
+cache keys the cell on). The record travels with the cell's result (``cell["impact"]``, kept by the result cache
+under the cell's key) and is merged, per class, into a map: ``hfexport impact build`` writes one for a selection,
+``hfexport impact merge`` joins shards. Lambdas and comprehensions count as the function around them; a nested
+function is a unit of its own (``outer.<locals>.inner``).
 
 API for selection (the gate's parent imports this module: no torch here)::
 
@@ -14,6 +16,7 @@ API for selection (the gate's parent imports this module: no torch here)::
     impact.model_classes()                              # classes the map has a record for
     impact.classes_running(CodeUnit("transformers.masking_utils", "create_causal_mask"))
     impact.classes_with_module("transformers.masking_utils")
+    impact.executed("LlamaForCausalLM")                 # ExecutedUnit: unit, file, first_line, last_line
 
 A class absent from ``model_classes()`` has no record: select it by static analysis, never by the map.
 """
@@ -28,6 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..files import read_regular_file
 
 if TYPE_CHECKING:
     from .cells import Cell
@@ -116,7 +121,9 @@ class ImpactMap:
     # ── Building ──
 
     def add(self, model_class: str, record: dict[str, Any]) -> None:
-        """Add one cell's ``impact`` record (see ``recording``) to the class's."""
+        """Add one cell's ``impact`` record (see ``impact_recorder.py``) to the class's."""
+        if not _is_identifier(model_class):
+            raise ImpactMapError(f"{model_class[:80]!r} is no class name")
         parsed = _parse_record(record)
         held = self.records.setdefault(model_class, ClassRecord(set(), set()))
         held.units |= parsed.units
@@ -168,8 +175,7 @@ class ImpactMap:
     def load(cls, path: Path, expect: dict[str, str | None] | None = None) -> ImpactMap:
         """Read and validate a map file; ``expect`` holds the versions it must have been built with."""
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_MAP_BYTES + 1)
+            data = read_regular_file(path, MAX_MAP_BYTES)  # a restored cache may hold a link or a FIFO there
         except OSError as error:
             raise ImpactMapError(f"impact map {path}: cannot read it ({error.strerror or error})") from None
         if len(data) > MAX_MAP_BYTES:
@@ -346,8 +352,13 @@ def merge_files(paths: list[Path]) -> ImpactMap:
 
 
 def _cache_entries(cache_dir: Path) -> Iterable[Any]:
+    """Every result cache entry that reads as JSON (``ResultCache`` removes the broken ones when it meets them)."""
+    from .cache import MAX_ENTRY_BYTES
+
     for path in cache_dir.glob("*/*.json"):
         try:
-            yield json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = read_regular_file(path, MAX_ENTRY_BYTES)
+            if len(data) <= MAX_ENTRY_BYTES:
+                yield json.loads(data)
+        except (OSError, ValueError, RecursionError):
             continue
