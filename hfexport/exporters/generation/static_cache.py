@@ -74,11 +74,11 @@ def _state(layer: Any, name: str, index: int | None) -> torch.Tensor:
     return value if index is None else value[index]
 
 
-def _load_attention(layer: Any, keys: torch.Tensor, values: torch.Tensor, cache_position: torch.Tensor, seen: Any):
+def _load_attention(layer: Any, keys: torch.Tensor, values: torch.Tensor, position: torch.Tensor, seen: Any) -> None:
     layer.lazy_initialization(keys[:, :, :0], values[:, :, :0])
     layer.keys.copy_(keys)
     layer.values.copy_(values)
-    layer.cumulative_length.copy_(cache_position[0])
+    layer.cumulative_length.copy_(position[0])
     if hasattr(layer, "cumulative_length_int"):  # StaticSlidingWindowLayer's Python count of the tokens seen
         layer.cumulative_length_int = seen
 
