@@ -5,7 +5,9 @@ Each repository is built by ``checkout_fixture.make_checkout``; its modeling_lla
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import pytest
 import torch
 from checkout_fixture import LLAMA, ONNX_BREAKAGE, commit, git, llama_source, make_checkout
 from click.testing import CliRunner
+from support import load_script
 
 from hfexport.cli import main
 from hfexport.gate import changes, checks, report, schema, views
@@ -141,7 +144,7 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     junit = (out / "junit.xml").read_text()
     assert 'name="LlamaForCausalLM"' in junit and "<failure" in junit
     assert (out / "report.md").read_text().startswith("<!-- hfexport-report -->")
-    assert "what to do: no translation: onnx cannot express &#96;prims.prod&#96;" in (out / "report.md").read_text()
+    assert "**What to do:** no translation: onnx cannot express prims.prod." in (out / "report.md").read_text()
     annotations = views.github_annotations(report.Report.from_dict(data))
     assert annotations == [a for a in annotations if a.startswith(f"::error file={LLAMA},line=")]
 
@@ -167,13 +170,32 @@ DATA_DEPENDENT = (
     "        if hidden_states.sum() > 1e30:\n"
     "            hidden_states = hidden_states * 2\n",
 )
-# A branch on the sequence length: tracing specializes it to the traced 7, so the export takes no other length.
-SPECIALIZED = (
-    "        if inputs_embeds is None:\n",
-    "        if input_ids is not None and input_ids.shape[1] == 7:\n"
-    "            input_ids = input_ids.clone()\n"
-    "        if inputs_embeds is None:\n",
+# A Python int of the sequence length (issue 47's second-shape PR): tracing fixes the length to the traced 7 there, so
+# the export takes no other length; eager and the traced shape are unchanged.
+INT_OF_LENGTH = (
+    "            inputs_embeds: torch.Tensor = self.embed_tokens(input_ids)\n",
+    "            inputs_embeds: torch.Tensor = self.embed_tokens(input_ids)\n"
+    "        sequence_length = int(inputs_embeds.shape[1])\n"
+    "        inputs_embeds = inputs_embeds[:, :sequence_length]\n",
 )
+
+
+def _reviewer_view(out: Path) -> str:
+    """The PR comment of a check's report directory as GitHub renders it (cmark-gfm)."""
+    return load_script("render_comment").to_html((out / "report.md").read_text())
+
+
+def _assert_a_comment_a_reviewer_reads(page: str, head: str, line: int, text: str, checks: int) -> None:
+    """Issue 47's 'done means': the verdict names the model line, which the section shows as code and links to at the
+    head commit; every grid cell is short; hfexport's own code is not named."""
+    verdict = page.split("</p>")[0]
+    assert f"{checks} new export failures, 1 cause:</strong>" in verdict and f"modeling_llama.py:{line}" in verdict
+    assert f'<pre lang="python"><code>{html.escape(text, quote=False)}\n</code></pre>' in page
+    link = f"https://github.com/huggingface/transformers/blob/{head}/{LLAMA}#L{line}"
+    assert f'<a href="{link}"><code>{LLAMA}:{line}</code></a>' in page
+    widths = [len(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td>(.*?)</td>", page, re.S)]
+    assert widths and max(widths) <= 40, widths
+    assert "hfexport/" not in page and page.count("<details") == 1  # one cause, one section
 
 
 def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
@@ -184,46 +206,58 @@ def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
     broken = commit(repo, {LLAMA: source}, "branch on a tensor value in LlamaRMSNorm")
     line = source.splitlines().index("        if hidden_states.sum() > 1e30:") + 1
     out = tmp_path / "report"
-    args = ["check", "--base", clean, "--head", broken, "--backends", "dynamo,onnx", "--no-generation"]
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "huggingface/transformers")
+    args = ["check", "--base", clean, "--head", broken, "--backends", "dynamo,onnx,executorch", "--no-generation"]
     code, output = _run([*args, "-j", "2", "--report-dir", str(out)], repo, monkeypatch)
     assert code == 1, output
     data = json.loads((out / "report.json").read_text())
-    assert len(data["cells"]) == 4 and all(c["status"] == "fail" for c in data["cells"])
+    assert len(data["cells"]) == 6 and all(c["status"] == "fail" for c in data["cells"])
     for cell in data["cells"]:
         assert cell["stage"] == "dynamo · torch.export trace", cell
         assert cell["regression"] == "new" and cell["error_type"] == "GuardOnDataDependentSymNode"
         frame = cell["frame"]
         assert (frame["file"], frame["line"], frame["text"]) == (LLAMA, line, "if hidden_states.sum() > 1e30:")
-    markdown = (out / "report.md").read_text()
-    assert markdown.count("<details><summary>❌") == 1, markdown  # one cause, one entry
-    assert f"· at {LLAMA}:{line}</summary>" in markdown and "breaks 4 checks" in markdown
-    assert "data-dependent" in markdown and "torch.\\_check" in markdown
-    assert all(name in markdown.split("breaks 4 checks")[1] for name in LLAMA_CLASSES)
+    page = _reviewer_view(out)
+    _assert_a_comment_a_reviewer_reads(page, broken, line, "if hidden_states.sum() > 1e30:", 6)
+    assert "data-dependent at modeling_llama.py" in page and "<code>torch._check(...)</code>" in page
+    assert all(f"{name} · dynamo, executorch, onnx" in page for name in LLAMA_CLASSES)
     annotations = views.github_annotations(report.Report.from_dict(data))
-    assert len(annotations) == 1 and annotations[0].startswith(f"::error file={LLAMA},line={line},title=4 checks")
+    assert len(annotations) == 1 and annotations[0].startswith(f"::error file={LLAMA},line={line},title=6 checks")
     assert "torch._check" in annotations[0]
     # Under the terminal's table too (past the progress lines): the cause once, with its line and the hint.
     details = [line for line in output.splitlines() if line.startswith("  ") and "1e30" in line]
-    assert details == [line for line in details if line.startswith("  LlamaForCausalLM · dynamo, onnx; LlamaModel")]
+    assert details == [line for line in details if line.startswith("  LlamaForCausalLM · dynamo, executorch, onnx; ")]
     assert len(details) == 1 and "what to do: data-dependent" in output
 
 
-def test_specialized_sequence_length_fails_at_the_second_shape(
+def test_an_int_of_the_sequence_length_fails_at_the_second_shape_naming_its_line(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clean = git(repo, "rev-parse", "HEAD")
-    specialized = commit(repo, {LLAMA: llama_source(1).replace(*SPECIALIZED)}, "branch on the sequence length")
+    source = llama_source(1).replace(*INT_OF_LENGTH)
+    specialized = commit(repo, {LLAMA: source}, "an int of the sequence length")
+    line = source.splitlines().index("        sequence_length = int(inputs_embeds.shape[1])") + 1
     out = tmp_path / "report"
-    args = ["check", "--base", clean, "--head", specialized, "--backends", "dynamo", "--no-generation"]
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "huggingface/transformers")
+    args = ["check", "--base", clean, "--head", specialized, "--backends", "dynamo,onnx,executorch", "--no-generation"]
     code, output = _run([*args, "-j", "2", "--report-dir", str(out)], repo, monkeypatch)
     assert code == 1, output
     data = json.loads((out / "report.json").read_text())
+    assert len(data["cells"]) == 6
     for cell in data["cells"]:
         # The traced shape still matches eager: only the second shape (batch 3, length 11) shows the fixed length.
         assert cell["status"] == "fail" and cell["stage"] == "second shape", cell
         assert cell["max_abs_diff"] <= cell["tolerance"]
         assert "'input_ids' dimension 1 has size 11, but the program accepts only size 7" in cell["error"]
-    assert "specialized: tracing fixed input `input_ids` dimension 1 to 7" in output
+        # Where tracing fixed the length (torch's shape environment recorded it), not the runner's check that found it.
+        assert (cell["frame"]["file"], cell["frame"]["line"]) == (LLAMA, line), cell["frame"]
+    page = _reviewer_view(out)
+    _assert_a_comment_a_reviewer_reads(page, specialized, line, "sequence_length = int(inputs_embeds.shape[1])", 6)
+    assert "specialized at modeling_llama.py" in page
+    assert "specialized: tracing fixed input input_ids dimension 1 to 7 at" in page
+    assert f"specialized: tracing fixed input `input_ids` dimension 1 to 7 at `{LLAMA}:{line}`" in output
 
 
 def test_the_export_sees_the_model_as_loaded_not_as_eager_left_it(repo: Path) -> None:

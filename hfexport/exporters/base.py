@@ -221,7 +221,8 @@ class ModelRunner:
                 low_high = bounds.get(name, {}).get(str(dim))
                 if low_high is None and size != traced[dim]:
                     kept = dim in declared.get(name, ())
-                    raise SpecializedDimension(component, name, dim, traced[dim], size, dynamic, declared=kept)
+                    where = metadata.get("specialized_at", {}).get(name, {}).get(str(dim))
+                    raise SpecializedDimension(component, name, dim, traced[dim], size, dynamic, kept, where)
                 multiple = multiples.get(name, {}).get(str(dim))
                 if multiple is not None and size % multiple:
                     raise ExportFailure(

@@ -20,6 +20,7 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -465,7 +466,34 @@ def program_metadata(program: ExportedProgram, sample_inputs: dict[str, Any]) ->
             str(t.dtype).removeprefix("torch.") if isinstance(t, torch.Tensor) else None for t in flat_inputs
         ],
         "dynamic_dims": dynamic_dim_bounds(program, leaf_names(in_spec.child(1))),
+        "specialized_at": specialized_dim_lines(program),
     }
+
+
+_SIZE_SOURCE = re.compile(r"\['(?P<name>[^'\]]+)'\]\.size\(\)\[(?P<dim>\d+)\]$")
+
+
+def specialized_dim_lines(program: ExportedProgram) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{input name: {dim: {"file", "line", "function"}}}``: the code line at which tracing fixed a dimension to its
+    traced size, as torch's shape environment recorded it (the replacement's location), so that a size the program
+    then refuses names the model line that fixed it. Only the inputs' own dimensions, by the names they trace with.
+    """
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    fake_mode = next((getattr(n.meta.get("val"), "fake_mode", None) for n in placeholders), None)
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None:
+        return {}
+    lines: dict[str, dict[str, dict[str, Any]]] = {}
+    for symbol, sources in shape_env.var_to_sources.items():
+        location = shape_env.replacements_slocs.get(symbol)
+        frame = getattr(location, "framework_loc", None)
+        if not shape_env.replacements.get(symbol, symbol).is_number or not hasattr(frame, "lineno"):
+            continue
+        for source in sources:
+            if match := _SIZE_SOURCE.search(source.name):
+                where = {"file": frame.filename, "line": frame.lineno, "function": frame.name}
+                lines.setdefault(match["name"], {})[match["dim"]] = where
+    return lines
 
 
 def dynamic_dim_bounds(program: ExportedProgram, input_names: list[str]) -> dict[str, dict[str, list[int | None]]]:

@@ -53,9 +53,18 @@ class SpecializedDimension(ExportFailure):
     """An input dimension the program fixed to its traced size was given another size."""
 
     def __init__(
-        self, component: str, input_name: str, dim: int, traced: int, size: int, dynamic: bool, declared: bool = False
+        self,
+        component: str,
+        input_name: str,
+        dim: int,
+        traced: int,
+        size: int,
+        dynamic: bool,
+        declared: bool = False,
+        where: dict[str, Any] | None = None,
     ):
         self.input_name, self.dim, self.traced, self.size = input_name, dim, traced, size
+        self.where = where  # the code line tracing fixed the size at ({"file", "line", "function"}), when recorded
         if declared:
             why = "a static-dims workaround kept it static: the model's code takes one size per program"
         elif dynamic:

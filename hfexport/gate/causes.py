@@ -7,6 +7,7 @@ line once and lists the cells under it. Hints cover the common kinds of failure,
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .cells import NOT_A_RESULT, Cell
@@ -66,8 +67,45 @@ def group(cells: list[Cell]) -> list[Cause]:
     return list(causes.values())
 
 
-def hint(cell: Cell) -> str | None:
-    """What to do about a failure of a common kind, in a sentence; None when the error is of no known kind."""
+def _backticked(text: str) -> str:
+    return f"`{text}`"
+
+
+def kind(cell: Cell) -> str:
+    """What broke, in one or two words (a status grid cell, a cause's title): "data-dependent", "no kernel", ..."""
+    if cell.status in KIND_OF_STATUS:
+        return KIND_OF_STATUS[cell.status]
+    error = f"{cell.error_type}: {cell.error}"[:2000]  # the first lines say the kind; bounds the regex work
+    if _DATA_DEPENDENT.search(error):
+        return "data-dependent"
+    if _SPECIALIZED.search(error):
+        return "specialized"
+    if any(text in error for text in _NO_TRANSLATION):
+        return "no translation"
+    if any(text in error for text in _NO_KERNEL):
+        return "no kernel"
+    if cell.error_type == "OutputMismatch":
+        return "wrong values"
+    return "fails"
+
+
+# A status that says what broke by itself; the others are told apart by their error.
+KIND_OF_STATUS = {
+    "crash": "crash",
+    "timeout": "timeout",
+    "oom": "out of memory",
+    "tool_error": "tool error",
+    "not_checked": "not checked",
+    "not_run": "not run",
+}
+
+
+def hint(cell: Cell, code: Callable[[str], str] = _backticked) -> str | None:
+    """What to do about a failure of a common kind, in a sentence; None when the error is of no known kind.
+
+    ``code`` quotes the report's own text (an expression, an input, an operator, a path): the markdown view passes
+    one that keeps untrusted text inert; the hint's own words are hfexport's.
+    """
     if cell.status == "not_run":
         return (
             "not run: the time budget (--budget) ran out first. Run every cell by splitting the check over a matrix: "
@@ -75,37 +113,37 @@ def hint(cell: Cell) -> str | None:
         )
     error = f"{cell.error_type}: {cell.error}"[:2000]  # the first lines say the kind; bounds the regex work
     location = cell.model_location
-    at = f" at {location.file}:{location.line}" if location else ""
+    at = f" at {code(f'{location.file}:{location.line}')}" if location else ""
     if match := _DATA_DEPENDENT.search(error):
         return (
             f"data-dependent: the code{at} branches on, or sizes from, a tensor's values "
-            f"(`{match['expression'].strip()}`). Use `torch._check(...)` to state what holds, tensor ops instead of "
-            "a Python `if` on values (`torch.where`, masking), or `torch.cond` for a real branch."
+            f"({code(match['expression'].strip())}). Use `torch._check(...)` to state what holds, tensor ops instead "
+            "of a Python `if` on values (`torch.where`, masking), or `torch.cond` for a real branch."
         )
     if match := _SPECIALIZED.search(error):
         return (
-            f"specialized: tracing fixed input `{match['input']}` dimension {match['dim']} to {match['traced']}, "
-            f"so the export rejects {match['size']}. Look for a Python int taken from a shape (`int(x.shape[1])`, "
-            "`.item()`, `.tolist()`), a branch on a size, or a size written into a `view`/`reshape`; keep sizes "
-            "symbolic (`x.shape[1]`, `-1`)."
+            f"specialized: tracing fixed input {code(match['input'])} dimension {match['dim']} to {match['traced']}"
+            f"{at}, so the export rejects {match['size']}. Look for a Python int taken from a shape "
+            "(`int(x.shape[1])`, `.item()`, `.tolist()`), a branch on a size, or a size written into a "
+            "`view`/`reshape`; keep sizes symbolic (`x.shape[1]`, `-1`)."
         )
     op = _OP.search(error)
     if any(text in error for text in _NO_TRANSLATION):
-        named = f"`{op['op']}`" if op else "an operator"
+        named = code(op["op"]) if op else "an operator"
         return (
-            f"no translation: {cell.backend} cannot express {named}. Write it with ops it has, or register a fix in "
-            f"`hfexport/exporters/workarounds/{cell.backend}.py` (an FX node fix or an ONNX translation)."
+            f"no translation: {code(cell.backend)} cannot express {named}. Write it with ops it has, or ask for "
+            "a translation or an FX node fix in hfexport's workarounds for this backend."
         )
     if any(text in error for text in _NO_KERNEL):
-        named = f"`{op['op']}`" if op else "an operator (the job's log names it)"
+        named = code(op["op"]) if op else "an operator (the job's log names it)"
         return (
-            f"no kernel: the {cell.backend} runtime has no kernel for {named}. Decompose it into ops the runtime "
-            f"has (an FX node fix in `hfexport/exporters/workarounds/{cell.backend}.py`), or avoid it in the model."
+            f"no kernel: the {code(cell.backend)} runtime has no kernel for {named}. Decompose it into ops the "
+            "runtime has (an FX node fix in hfexport's workarounds for this backend), or avoid it in the model."
         )
     if cell.error_type == "OutputMismatch" and (match := _OUTPUT.search(str(cell.error)[:2000])):
         return (
-            f"wrong values: output `{match['output'].strip()}` differs from eager ({match['how'].strip()}) at the "
-            f"{match['shape']} shape ({match['inputs']}). Look for randomness, in-place updates of inputs or "
-            "buffers, or an op whose semantics differ on the runtime."
+            f"wrong values: output {code(match['output'].strip())} differs from eager ({code(match['how'].strip())}) "
+            f"at the {match['shape']} shape ({code(match['inputs'])}). Look for randomness, in-place updates of "
+            "inputs or buffers, or an op whose semantics differ on the runtime."
         )
     return None

@@ -176,11 +176,13 @@ def _failure_annotation(cause: Cause) -> str:
 
 
 def write_reports(report: Report, report_dir: Path, details_url: str | None = None) -> dict[str, Path]:
-    """report.json, report.md, junit.xml (and the job summary when ``$GITHUB_STEP_SUMMARY`` is set)."""
-    from .markdown import render_markdown
+    """report.json, report.md (the PR comment), junit.xml, and the job summary when ``$GITHUB_STEP_SUMMARY`` is set;
+    cause lines link to ``$GITHUB_SERVER_URL/$GITHUB_REPOSITORY`` at the head commit when those are set."""
+    from .markdown import JOB_SUMMARY_CHARS, render_markdown, repository_url
 
     report_dir.mkdir(parents=True, exist_ok=True)
-    markdown = render_markdown(report, details_url=details_url)
+    repository = repository_url(os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY"))
+    markdown = render_markdown(report, details_url=details_url, repository=repository)
     written = {
         "json": report_dir / "report.json",
         "markdown": report_dir / "report.md",
@@ -191,6 +193,8 @@ def write_reports(report: Report, report_dir: Path, details_url: str | None = No
     written["junit"].write_text(junit_xml(report))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
+        # The job summary adds what a reviewer does not need: every row, timings, workarounds, hfexport's frames.
+        internals = render_markdown(report, JOB_SUMMARY_CHARS, details_url, repository, internals=True)
         with open(summary, "a") as handle:
-            handle.write(markdown + "\n")
+            handle.write(internals + "\n")
     return written
