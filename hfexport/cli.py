@@ -371,7 +371,9 @@ def _health_thresholds(_ctx: click.Context, _param: click.Parameter, value: str)
 
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--base", help="Base revision (default: merge base of HEAD with the default branch).")
+@click.option(
+    "--base", help="Base revision (default: merge base of HEAD with the default branch; --models/--all: none)."
+)
 @click.option("--head", help="Head revision (default: the working tree).")
 @click.option(
     "--models",

@@ -11,6 +11,7 @@ cache. Then, with the same base:
   classes import), then the same command: the PR now selects siglip's classes too (never run: they run), and of
   the model's cells only those whose files changed run again.
 
+``--no-health`` runs them without export health (passing cells not run at base): its cost is the difference.
 Prints each run's wall seconds and how many cells ran or came from the cache, then the profile of the fresh run: per
 backend, the seconds each step took summed over its cells (build, eager, export and its own steps, save, load, run,
 compare, second shape, generation).
@@ -38,10 +39,18 @@ import compat_check
 
 
 def run_gate(
-    checkout: Path, base: str, cache: Path, report_dir: Path, jobs: int, backends: str, shard: str = "1/1"
+    checkout: Path,
+    base: str,
+    cache: Path,
+    report_dir: Path,
+    jobs: int,
+    backends: str,
+    shard: str = "1/1",
+    health: bool = True,
 ) -> tuple[float, dict[str, Any]]:
     command = [sys.executable, "-m", "hfexport.cli", "check", "--base", base, "-j", str(jobs), "--backends", backends]
     command += ["--shard", shard, "--cache-dir", str(cache), "--report-dir", str(report_dir)]
+    command += [] if health else ["--no-health"]
     started = time.perf_counter()
     result = subprocess.run(command, cwd=checkout, capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -88,7 +97,9 @@ def pull_request(args: argparse.Namespace, root: Path) -> None:
             with (checkout / args.partial).open("a") as touched:
                 touched.write("# bench_pr: touched\n")
             compat_check.git(checkout, "commit", "-qam", "touch a file some classes import")
-        seconds, report = run_gate(checkout, base, root / "cache", root / name, args.jobs, args.backends)
+        seconds, report = run_gate(
+            checkout, base, root / "cache", root / name, args.jobs, args.backends, health=args.health
+        )
         cached = sum(bool(c.get("cached")) for c in report["cells"])
         runs.append((name, seconds, len(report["cells"]) - cached, cached, report))
         print(f"{name:<8} {seconds:7.1f} s  {len(report['cells']) - cached:3d} cells ran, {cached:3d} from the cache")
@@ -109,6 +120,9 @@ def main() -> None:
     parser.add_argument("--matrix", type=int, default=16, help="with --diff: the matrix size to project onto")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--backends", default="dynamo,onnx,executorch")
+    parser.add_argument(
+        "--no-health", dest="health", action="store_false", help="check --no-health: passing cells not run at base"
+    )
     parser.add_argument("--wheel-dir", type=Path, default=compat_check.DEFAULT_WHEEL_DIR)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hfexport-bench-pr-") as scratch:

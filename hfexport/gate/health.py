@@ -101,6 +101,18 @@ def assess(cell: Cell, paired_latency: dict[str, Any] | None, thresholds: Thresh
     regressions: list[str] = []
     improvements: list[str] = []
     head, base = cell.metrics, cell.base_metrics
+    _size_changes(head, base, thresholds, regressions, improvements)
+    _op_changes(head.ops, base.ops, thresholds, regressions, improvements)
+    _count_change(head.dynamic_dims, base.dynamic_dims, "dynamic dimensions", improvements, regressions)
+    _count_change(head.partitions, base.partitions, "delegated partitions", regressions, improvements)
+    latency, note = _latency(paired_latency, thresholds, regressions, improvements)
+    cell.health = Health(regressions, improvements, latency, note)
+
+
+def _size_changes(
+    head: Metrics, base: Metrics, thresholds: Thresholds, regressions: list[str], improvements: list[str]
+) -> None:
+    """Nodes, program bytes and planned memory past their percentage, either way."""
     for key, percent, shown in (
         ("nodes", thresholds.nodes_percent, "{} → {} nodes"),
         ("bytes", thresholds.bytes_percent, "program {} → {}"),
@@ -115,11 +127,6 @@ def assess(cell: Cell, paired_latency: dict[str, Any] | None, thresholds: Thresh
             regressions.append(text)
         elif change <= -percent:
             improvements.append(text)
-    _op_changes(head.ops, base.ops, thresholds, regressions, improvements)
-    _count_change(head.dynamic_dims, base.dynamic_dims, "dynamic dimensions", improvements, regressions)
-    _count_change(head.partitions, base.partitions, "delegated partitions", regressions, improvements)
-    latency, note = _latency(paired_latency, thresholds, regressions, improvements)
-    cell.health = Health(regressions, improvements, latency, note)
 
 
 def _amount(value: float, key: str) -> str:

@@ -11,6 +11,8 @@ import contextlib
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +23,8 @@ from typing import Any
 from . import changes, health, report, views
 from .cache import ResultCache
 from .cache import environment as cache_environment
-from .cells import BACKENDS, FAILURE_STATUSES, SHARED_TRACE_BACKENDS, Cell, Frame, in_shard
+from .cells import BACKENDS, FAILURE_STATUSES, NOT_REGENERATED, SHARED_TRACE_BACKENDS, Cell, Frame, in_shard
+from .impact import ImpactMap, ImpactMapError, default_map, expected_versions
 from .jobs import JobOptions, WorkerError, WorkerProcess, transformers_dir
 from .skips import skip_reason
 
@@ -74,8 +77,14 @@ def target_for(
     select_all: bool,
     base: str | None,
     head: str | None,
+    *,
+    impact_map: Path | None = None,
+    cache_dir: Path | None = None,
 ) -> Target:
-    """Decide what changed: --models / --all, explicit files, or the git range (the default)."""
+    """Decide what changed: --models / --all, explicit files, or the git range (the default).
+
+    A change is read with the impact map at ``impact_map``, else the one the result cache at ``cache_dir`` keeps
+    (see ``impact.default_map``), else by static analysis alone; the cache also keeps the source facts read."""
     try:
         if models or select_all:
             # "representative" stands for the built-in set used when shared code changes.
@@ -84,33 +93,72 @@ def target_for(
             selection = changes.Selection(mode="all" if select_all else "models", names=names)
             selection.representative = "representative" in models
             selection.reason = "--all" if select_all else f"--models {','.join(models)}"
-            return Target(selection, changes.find_checkout(cwd))
+            return _models_target(selection, cwd, base, head)
         if files:
-            return _files_target(cwd, files)
+            return _files_target(cwd, files, impact_map, cache_dir)
         root = changes.repository_root(cwd)
         base_sha, head_sha = changes.resolve_range(root, base, head)
-        selection = changes.select_from_files(changes.changed_files(root, base_sha, head), root, "diff")
-        explicit_head = head is not None and head_sha != changes.git(root, "rev-parse", "HEAD")
-        return Target(selection, changes.find_checkout(root), root, base_sha, head if explicit_head else None, head_sha)
+        mapped, note = _impact_map(impact_map, cache_dir, changes.find_checkout(root))
+        changed = changes.changed_files(root, base_sha, head)
+        selection = changes.select_from_files(changed, root, "diff", (root, base_sha, head), mapped, _facts(cache_dir))
+        selection.notes[:0] = [note] if note else []
+        return _range_target(selection, root, base_sha, head, head_sha)
     except changes.SelectionError as error:
         raise GateError(str(error)) from None
 
 
-def _files_target(cwd: Path, files: list[str]) -> Target:
+def _models_target(selection: changes.Selection, cwd: Path, base: str | None, head: str | None) -> Target:
+    """--models / --all, at the working tree; with --base (or --head) too, at that range, its base run as a diff's."""
+    if base is None and head is None:
+        return Target(selection, changes.find_checkout(cwd))
+    root = changes.repository_root(cwd)
+    base_sha, head_sha = changes.resolve_range(root, base, head)
+    return _range_target(selection, root, base_sha, head, head_sha)
+
+
+def _range_target(selection: changes.Selection, root: Path, base_sha: str, head: str | None, head_sha: str) -> Target:
+    explicit_head = head is not None and head_sha != changes.git(root, "rev-parse", "HEAD")
+    return Target(selection, changes.find_checkout(root), root, base_sha, head if explicit_head else None, head_sha)
+
+
+def _files_target(cwd: Path, files: list[str], impact_map: Path | None, cache_dir: Path | None) -> Target:
     """Explicit file names (the pre-commit hook): compared with HEAD when inside a git repository."""
     paths = [(cwd / name).resolve() for name in files]
     checkout = next((c for c in map(changes.find_checkout, [p.parent for p in paths]) if c), None)
     checkout = checkout or changes.find_checkout(cwd.resolve())
-    names = [
-        p.relative_to(checkout).as_posix() if checkout and p.is_relative_to(checkout) else p.as_posix() for p in paths
-    ]
-    selection = changes.select_from_files(names, checkout, "files")
+    mapped, note = _impact_map(impact_map, cache_dir, checkout)
     try:
         repo_root = changes.repository_root(checkout or cwd)
         head_sha = changes.git(repo_root, "rev-parse", "--verify", "HEAD^{commit}")
     except changes.SelectionError:
+        names = [
+            p.relative_to(checkout).as_posix() if checkout and p.is_relative_to(checkout) else p.as_posix()
+            for p in paths
+        ]
+        selection = changes.select_from_files(names, checkout, "files", None, mapped, _facts(cache_dir))
+        selection.notes[:0] = [note] if note else []
         return Target(selection, checkout)
+    names = [p.relative_to(repo_root).as_posix() if p.is_relative_to(repo_root) else p.as_posix() for p in paths]
+    diff = (repo_root, head_sha, None)
+    selection = changes.select_from_files(names, checkout, "files", diff, mapped, _facts(cache_dir))
+    selection.notes[:0] = [note] if note else []
     return Target(selection, checkout, repo_root, base=head_sha, head=None, head_sha=head_sha)
+
+
+def _impact_map(path: Path | None, cache_dir: Path | None, checkout: Path | None) -> tuple[ImpactMap | None, str]:
+    """The impact map to select with, and the one line that says why there is none where one was asked for."""
+    expect = expected_versions(checkout)
+    if path is None:
+        return default_map(cache_dir, expect), ""
+    try:
+        return ImpactMap.load(path, expect), ""
+    except ImpactMapError as error:
+        return None, f"{error}: selecting by static analysis"
+
+
+def _facts(cache_dir: Path | None) -> Path | None:
+    """Where selection keeps the source facts it read (by file content), beside the result cache."""
+    return cache_dir / "selection-facts.json" if cache_dir is not None else None
 
 
 def _resolve_names(worker: WorkerProcess, selection: changes.Selection, checkout: Path | None) -> None:
@@ -287,6 +335,61 @@ def _code_at(target: Target, commit: str | None) -> Iterator[Path | None]:
         yield _checkout_in(tree, target) or tree
 
 
+# ── Modular files: the modeling file a changed modular file makes ──
+
+CONVERTER = "utils/modular_model_converter.py"
+
+
+@contextlib.contextmanager
+def _regenerated(
+    code: Path | None, selection: changes.Selection, echo: Callable[[str], None]
+) -> Iterator[tuple[Path | None, dict[str, str]]]:
+    """The code to check, with the modeling file of each changed ``modular_X.py`` regenerated by transformers' own
+    converter in a temporary copy of ``src/`` and ``utils/`` (never in the user's tree); and, per model type whose
+    file could not be regenerated, why (its cells are then not checked, and the gate does not pass)."""
+    if not selection.modular:
+        yield code, {}
+        return
+    if code is None or not (code / CONVERTER).is_file():
+        yield code, {t: _not_regenerated(f, f"the checkout has no {CONVERTER}") for t, f in selection.modular.items()}
+        return
+    with tempfile.TemporaryDirectory(prefix="hfexport-modular-") as scratch:
+        tree = Path(scratch)
+        for part in ("src", "utils"):
+            shutil.copytree(code / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        failed = {}
+        for model_type, file in selection.modular.items():
+            problem = _convert(tree, file[file.index("src/transformers/") :])
+            if problem:
+                failed[model_type] = _not_regenerated(file, problem)
+            else:
+                echo(f"{Path(file).name}: its modeling file regenerated ({CONVERTER}), the regenerated code is checked")
+        yield tree, failed
+
+
+def _convert(tree: Path, modular: str) -> str | None:
+    """Run the converter on one modular file in ``tree``; None when it succeeded, else its last words."""
+    # Releases before 5.x name the option --files_to_parse; later ones --files.
+    option = "--files" if '"--files"' in (tree / CONVERTER).read_text() else "--files_to_parse"
+    try:
+        done = subprocess.run(
+            [sys.executable, CONVERTER, option, modular], cwd=tree, capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        return "the converter ran past 600 s"
+    if done.returncode == 0:
+        return None
+    last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
+    return f"the converter failed (exit {done.returncode}): {last[:200]}"
+
+
+def _not_regenerated(modular_file: str, why: str) -> str:
+    name = Path(modular_file).name
+    modeling = name.replace("modular_", "modeling_", 1)
+    relative = modular_file[modular_file.find("src/transformers/") :] if "src/transformers/" in modular_file else name
+    return f"{modeling} is not regenerated from {name} ({why}); run: python {CONVERTER} --files {relative}"
+
+
 def _start(checkout: Path | None, options: CheckOptions) -> WorkerProcess:
     try:
         worker = WorkerProcess(checkout, options.job_options())
@@ -336,7 +439,7 @@ def run_check(
         tempfile.TemporaryDirectory(prefix="hfexport-programs-") if options.export_health and target.base else None
     )
     store = health.ProgramStore(Path(programs.name)) if programs else None
-    with _code_at(target, target.head) as head_code:
+    with _code_at(target, target.head) as checked_out, _regenerated(checked_out, selection, echo) as (head_code, stale):
         head_worker = _LazyWorker(head_code, options)
         try:
             if selection.names:
@@ -344,18 +447,15 @@ def run_check(
             result = report.new_report(
                 options.engine,
                 options.backends,
-                {
-                    "mode": selection.mode,
-                    "model_types": selection.model_types,
-                    "representative": selection.representative,
-                    "reason": selection.reason,
-                },
+                selection.as_report(),
                 repository,
                 options.shard,
                 pr,
             )
             pairs = _cells(selection, options)
             echo(f"checking {len(pairs)} cell(s): {selection.reason}")
+            for note in selection.notes:
+                echo(note)
             done = 0
             total = len(pairs)
 
@@ -371,7 +471,9 @@ def run_check(
 
             to_run = []
             for cell, selected in pairs:
-                if cell.status == "skipped":
+                if cell.model_type in stale:
+                    cell.status, cell.error_type, cell.error = "not_checked", NOT_REGENERATED, stale[cell.model_type]
+                if cell.status in ("skipped", "not_checked"):
                     done += 1
                     echo(views.progress_line(done, total, cell))
                 else:
@@ -412,6 +514,7 @@ def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[Ce
         for backend in options.backends:
             source = Frame(selected.file, selected.line) if selected.file else None
             cell = Cell(selected.model_type, selected.model_class, backend, source=source)
+            cell.selected_because = selected.reason
             reason = skip_reason(selected.model_class)
             if reason:
                 cell.status, cell.skip_reason = "skipped", reason
@@ -423,14 +526,19 @@ def _by_priority(pairs: list[tuple[Cell, changes.SelectedClass]]) -> list[tuple[
     """Every model type on every backend first: the first class of each type on each backend, then the second...
 
     The order jobs start in, so a time budget that runs out leaves the later classes of the larger types, never a
-    whole type or backend unchecked. Deterministic: the selection's order within a type, the backends' order.
+    whole type or backend unchecked. Types and the classes within a type go by how directly they run the change
+    (``SelectedClass.rank``: a changed own file, then an impact-map hit, then static analysis nearest first).
+    Deterministic: then the selection's order, the backends' order.
     """
-    types = list(dict.fromkeys(cell.model_type for cell, _ in pairs))
-    rank: dict[tuple[str, str], int] = {}
+    best: dict[str, int] = {}
+    for cell, selected in pairs:
+        best[cell.model_type] = min(best.get(cell.model_type, selected.rank), selected.rank)
+    types = {model_type: index for index, model_type in enumerate(dict.fromkeys(c.model_type for c, _ in pairs))}
+    count: dict[tuple[str, str], int] = {}
     keyed = []
-    for position, (cell, selected) in enumerate(pairs):
-        within = rank[(cell.model_type, cell.backend)] = rank.get((cell.model_type, cell.backend), -1) + 1
-        keyed.append(((within, types.index(cell.model_type), position), (cell, selected)))
+    for position, (cell, selected) in sorted(enumerate(pairs), key=lambda item: (item[1][1].rank, item[0])):
+        within = count[(cell.model_type, cell.backend)] = count.get((cell.model_type, cell.backend), -1) + 1
+        keyed.append(((within, best[cell.model_type], types[cell.model_type], position), (cell, selected)))
     return [pair for _, pair in sorted(keyed, key=lambda item: item[0])]
 
 
@@ -474,5 +582,5 @@ def _assess_health(cell: Cell, base: dict[str, Any], options: CheckOptions, echo
     cell.base_metrics = health.metrics_from(base.get("metrics")) if base.get("status") == "pass" else None
     paired = None if cell.cached or base.get("cached") else base.get("paired_latency")
     health.assess(cell, paired, options.health_thresholds)
-    for what in (cell.health.regressions or []) if cell.health else []:
-        echo(f"  health · {cell.model_class} · {cell.backend}: {what}")
+    if cell.health and cell.health.regressions:
+        echo(f"  health · {cell.model_class} · {cell.backend}: {', '.join(cell.health.regressions)}")
