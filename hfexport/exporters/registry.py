@@ -51,7 +51,7 @@ class Workaround:
     key: str  # a backend ("executorch"), or one of its delegates ("executorch.xnnpack")
     kind: str
     function: Callable
-    targets: tuple[str, ...] = ()  # dotted paths: what a patch replaces, the op a translation lowers, a model class
+    targets: Sequence[str] = ()  # dotted paths: what a patch replaces, the op a translation lowers, a model class
     defined_by: str | None = None  # the declared transformers internal (compat) whose import defines the targets
 
     @property
@@ -106,7 +106,7 @@ _REGISTRY: dict[str, list[Workaround]] = defaultdict(list)
 
 
 def _registering(
-    key: str, kind: str, targets: tuple[str, ...] = (), defined_by: str | None = None
+    key: str, kind: str, targets: Sequence[str] = (), defined_by: str | None = None
 ) -> Callable[[Callable], Callable]:
     if defined_by is not None and defined_by not in INTERNALS:
         raise ValueError(f"{defined_by} is not a transformers internal declared in hfexport/compat.py")
@@ -123,6 +123,25 @@ def register_patch(key: str, *paths: str) -> Callable[[Callable], Callable]:
     if not paths:
         raise ValueError("register_patch needs at least one dotted path")
     return _registering(key, PATCH, paths)
+
+
+class LoadedTargets(Sequence[str]):
+    """Patch targets listed when the patches are installed: ``find()`` gives the dotted paths among the modules loaded
+    by then (the methods a transformers decorator wraps, across every modeling module: no fixed list keeps up)."""
+
+    def __init__(self, find: Callable[[], list[str]]) -> None:
+        self.find = find
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.find()[index]
+
+    def __len__(self) -> int:
+        return len(self.find())
+
+
+def register_loaded_patch(key: str, targets: LoadedTargets) -> Callable[[Callable], Callable]:
+    """``register_patch`` for targets found among the loaded modules when ``key``'s patches are installed."""
+    return _registering(key, PATCH, targets)
 
 
 def register_lowering_swap(key: str, *paths: str) -> Callable[[Callable], Callable]:

@@ -9,6 +9,7 @@ every backend); the program fixes at the end rewrite the traced program every ba
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 import types
@@ -20,8 +21,16 @@ from torch.export import ExportedProgram
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 
+from ... import compat
 from ...torch_compat import OpOverload, free_unbacked_symbols
-from ..registry import register_dim_multiples, register_fx_program_fix, register_patch, register_static_dims
+from ..registry import (
+    LoadedTargets,
+    register_dim_multiples,
+    register_fx_program_fix,
+    register_loaded_patch,
+    register_patch,
+    register_static_dims,
+)
 
 
 @register_patch("dynamo", "torch.nn.functional.scaled_dot_product_attention")
@@ -458,6 +467,64 @@ def _packed_sdpa(
     key, value = (states[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2) for states in (key, value))
     output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
     return output.transpose(1, 2).contiguous(), None
+
+
+@functools.cache
+def _rope_update_code() -> types.CodeType | None:
+    """The code of every wrapper ``dynamic_rope_update`` makes (None where this transformers lacks it)."""
+    decorator = compat.internal("transformers.modeling_rope_utils.dynamic_rope_update")
+    return decorator(lambda self, x, position_ids: None).__code__ if decorator is not None else None
+
+
+def _rope_update_wrapper(function: Any) -> Any:
+    """The ``dynamic_rope_update`` wrapper among ``function``'s decorators (``torch.no_grad()`` on top), or None."""
+    wrapper_code = _rope_update_code()
+    while function is not None and getattr(function, "__code__", None) is not wrapper_code:
+        function = getattr(function, "__wrapped__", None)
+    return function
+
+
+def _rope_updated_forwards() -> list[str]:
+    """The forwards ``dynamic_rope_update`` wraps, in every modeling module loaded so far (one per rotary class)."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("transformers.models.") or ".modeling_" not in name:
+            continue
+        for owner in list(vars(module).values()):
+            if not isinstance(owner, type) or owner.__module__ != name:
+                continue
+            if _rope_update_wrapper(vars(owner).get("forward")) is not None:
+                found.append(f"{name}.{owner.__qualname__}.forward")
+    return found
+
+
+@register_loaded_patch("dynamo", LoadedTargets(_rope_updated_forwards))
+def _patch_dynamic_rope_as_tensor_select(original: Callable) -> Callable:
+    # rope_type "dynamic" (NTK): dynamic_rope_update branches in Python on the largest position id ("Could not guard on
+    # data-dependent expression Eq(u0, 1)"); both frequency sets are computed and torch.where picks one, as eager would.
+    update = _rope_update_wrapper(original)
+    rope_forward = update.__wrapped__
+
+    def forward(self: Any, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None) -> Any:
+        rope_type = self.rope_type if layer_type is None else self.rope_type[layer_type]
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        if "dynamic" not in rope_type:
+            return original(self, x, position_ids, **kwargs)
+        prefix = "" if layer_type is None else f"{layer_type}_"
+        with torch.no_grad():
+            seq_len = torch.max(position_ids) + 1
+            rope_init_fn = update.__globals__["ROPE_INIT_FUNCTIONS"][rope_type]  # the one eager's update calls
+            grown, _ = rope_init_fn(self.config, x.device, seq_len=seq_len, **kwargs)
+            original_inv_freq = getattr(self, f"{prefix}original_inv_freq")
+            inv_freq = torch.where(seq_len > self.original_max_seq_len, grown, original_inv_freq)
+            saved = getattr(self, f"{prefix}inv_freq")
+            setattr(self, f"{prefix}inv_freq", inv_freq)
+            try:
+                return rope_forward(self, x, position_ids, **kwargs)
+            finally:
+                setattr(self, f"{prefix}inv_freq", saved)
+
+    return forward
 
 
 # ── Static dims (stage 4) ──

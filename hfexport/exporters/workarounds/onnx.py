@@ -323,6 +323,34 @@ def _fix_rsub_of_integer_tensor(graph_module: torch.fx.GraphModule, node: torch.
     return True
 
 
+@register_fx_node_fix("onnx")
+def _fix_bfloat16_product_in_float32(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    # falcon's alibi (`slopes.bfloat16() * positions`): onnxruntime has no bfloat16 Mul on CPU ("Could not find an
+    # implementation for Mul(14)"); multiply the bfloat16 operands in float32 and round to bfloat16, as torch does.
+    value = _fake_value(node)
+    if node.target is not torch.ops.aten.mul.Tensor or value is None or value.dtype is not torch.bfloat16:
+        return False
+    graph = graph_module.graph
+    with graph.inserting_before(node):
+        for source in dict.fromkeys(arg for arg in node.args if isinstance(arg, torch.fx.Node)):
+            operand = _fake_value(source)
+            if operand is not None:  # torch rounds each operand to bfloat16 (a no-op for bfloat16 ones) first
+                rounded = _cast(graph, source, operand, value.dtype) if operand.dtype != value.dtype else source
+                node.replace_input_with(source, _cast(graph, rounded, operand.to(value.dtype), torch.float32))
+    with graph.inserting_after(node):
+        product = _cast(graph, node, value.to(torch.float32), value.dtype)
+    node.replace_all_uses_with(product, delete_user_cb=lambda user: user is not product)
+    node.meta["val"] = value.to(torch.float32)
+    return True
+
+
+def _cast(graph: torch.fx.Graph, source: torch.fx.Node, value: torch.Tensor, dtype: torch.dtype) -> torch.fx.Node:
+    """A ``_to_copy`` of ``source`` (whose fake value is ``value``) to ``dtype``, at the graph's insertion point."""
+    cast = graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": dtype})
+    cast.meta["val"] = value.to(dtype)
+    return cast
+
+
 _CONVERSIONS = (torch.ops.aten.to.dtype, torch.ops.aten.to.device, torch.ops.aten.to.dtype_layout)
 
 
