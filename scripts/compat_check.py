@@ -609,9 +609,22 @@ def _origin_lines(entries: list[dict[str, Any]]) -> list[str]:
     return []
 
 
+def _results_line(entries: list[dict[str, Any]]) -> str:
+    dates = sorted(e["report"]["created_at"] for e in entries if e["report"] and e["report"].get("created_at"))
+    return f"Results of {dates[-1] if dates else 'no run'}. " + " ".join(_environment(entries))
+
+
+def _rerun_and_tables(entries: list[dict[str, Any]], heading: str) -> list[str]:
+    """The command that reproduces ``entries``, a counts table per run kind and the cells that did not pass."""
+    lines = ["Rerun:", "", "```bash", rerun_command(entries), "```", ""]
+    for run, title in RUNS.items():
+        if any(e["run"] == run for e in entries):
+            lines += [f"{heading} {title}", "", *_counts_table(entries, run), ""]
+    return [*lines, f"{heading} Cells that did not pass", "", *_problem_rows(entries), ""]
+
+
 def render_text(entries: list[dict[str, Any]]) -> str:
     """The document: a pure function of the results' reports and compat.json files."""
-    dates = sorted(e["report"]["created_at"] for e in entries if e["report"] and e["report"].get("created_at"))
     representative = sorted({c["model_class"] for e in entries if e["run"] == "representative" for c in _cells(e)})
     changed = "/".join(f"modeling_{t}.py" for t in _change_types(entries) or ["llama"])
     lines = [
@@ -631,29 +644,19 @@ def render_text(entries: list[dict[str, Any]]) -> str:
         "Failed: status fail, crash, timeout, oom or error. Tool errors are failures inside hfexport's own code, not",
         "checked are classes the tiny-model builder cannot make: neither is a result of the model.",
         "",
-        f"Results of {dates[-1] if dates else 'no run'}. " + " ".join(_environment(entries)),
+        _results_line(entries),
         "",
         *_origin_lines(entries),
         "CI runs `python scripts/compat_check.py ci`: the release just before the pin of `constraints.txt` and the",
         "newest release, representative set on dynamo and onnx; it fails on tool errors and missing reports.",
         "",
-        "Rerun:",
-        "",
-        "```bash",
-        rerun_command(entries),
-        "```",
-        "",
+        *_rerun_and_tables(entries, "##"),
     ]
-    for run, title in RUNS.items():
-        if any(e["run"] == run for e in entries):
-            lines += [f"## {title}", "", *_counts_table(entries, run), ""]
-    lines += ["## Cells that did not pass", "", *_problem_rows(entries), ""]
     return "\n".join(lines)
 
 
 def render_torch_text(entries: list[dict[str, Any]]) -> str:
     """The document's torch part: a pure function of the torch axis's reports and compat.json files."""
-    dates = sorted(e["report"]["created_at"] for e in entries if e["report"] and e["report"].get("created_at"))
     lines = [
         TORCH_PART,
         "## torch releases",
@@ -662,21 +665,12 @@ def render_torch_text(entries: list[dict[str, Any]]) -> str:
         "rest of `constraints.txt`'s pinned set (a torch the running Python holds runs there): the torch range that",
         "`pyproject.toml` declares stops above the newest torch passing here.",
         "",
-        f"Results of {dates[-1] if dates else 'no run'}. " + " ".join(_environment(entries)),
+        _results_line(entries),
         "",
         "CI runs the representative set on torch 2.14.1 (dynamo and onnx; tests/test_torch_releases.py).",
         "",
-        "Rerun:",
-        "",
-        "```bash",
-        rerun_command(entries),
-        "```",
-        "",
+        *_rerun_and_tables(entries, "###"),
     ]
-    for run, title in RUNS.items():
-        if any(e["run"] == run for e in entries):
-            lines += [f"### {title}", "", *_counts_table(entries, run), ""]
-    lines += ["### Cells that did not pass", "", *_problem_rows(entries), ""]
     return "\n".join(lines)
 
 
