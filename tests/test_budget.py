@@ -111,6 +111,7 @@ def test_cells_left_by_the_budget_are_reported_not_run_never_passed(
     markdown = (out / "report.md").read_text()
     assert f"⏸️ **{len(data['cells'])} checks not run within the time budget**" in markdown
     assert "every export passed" not in markdown and "✅" not in markdown
-    assert markdown.count("<details>") == 1 and "hfexport check --shard K/N" in markdown.replace("\\", "")
+    # Not a cause: one line, and how to run every cell.
+    assert "<details" not in markdown and "hfexport check --shard K/N" in markdown.replace("\\", "")
     assert f"{len(data['cells'])} not run (budget)" in result.output
     assert 'skipped message="not run' in (out / "junit.xml").read_text()

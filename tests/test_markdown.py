@@ -220,7 +220,7 @@ def test_tool_errors_and_classes_not_checked_are_shown_apart():
     assert "hfexport frame: hfexport/exporters/exporter\\_dynamo.py:262 in \\_is\\_walkable\\_object" in summary
     assert "| LlamaModel | ✅ |" in summary  # the job summary keeps every row
     terminal = gate_views.terminal_table(data)
-    assert "TOOL ERROR stage 2 model patches" in terminal and "not checked" in terminal
+    assert "tool error · stage 2 model patches" in terminal and "not checked" in terminal
     assert "(at hfexport/exporters/exporter_dynamo.py:262 in _is_walkable_object)" in terminal
     junit = gate_views.junit_xml(data)
     assert 'type="hfexport tool error"' in junit and "not checked:" in junit

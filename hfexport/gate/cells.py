@@ -255,15 +255,10 @@ class Cell:
         return f"{self.kind()}{where}: {self.error_type}: {self.error}{self.frame_note()}{cached}"
 
     def short(self) -> str:
-        """A table cell of the terminal view: ``pass``, ``FAIL stage 4 ONNX translations``, ``not checked``."""
-        if self.status == "pass":
-            return "pass" + (" (fixed)" if self.regression == "fixed" else "")
-        if self.status in ("skipped", "not_checked", "not_run"):
+        """A table cell of the terminal view, in ``label``'s words: ``pass``, ``fail · stage 4 ONNX translations``."""
+        if self.status in ("pass", "skipped", "not_checked", "not_run") or not self.step:
             return self.kind()
-        marker = "(pre-existing) " if self.pre_existing else ""
-        stage = self.stage or ""
-        stage = stage.split(" · ", 1)[-1] if " · " in stage else stage
-        return f"{(self.status or '').upper().replace('_', ' ')} {marker}{stage}".strip()
+        return f"{self.kind()} · {self.step}"
 
 
 CELL_KEYS = tuple(f.name for f in dataclasses.fields(Cell))

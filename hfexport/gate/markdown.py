@@ -20,7 +20,7 @@ from typing import Any
 from . import health
 from .causes import Cause, group, hint, kind
 from .cells import Cell, disabled_features
-from .report import Report
+from .report import Report, counted, counts_text
 from .shards import incomplete_note
 
 MARKER = "<!-- hfexport-report -->"
@@ -157,23 +157,6 @@ def render_cell(cell: Cell, cause: int | None = None) -> str:
     return f"{icon} {words}{mark}"
 
 
-def _counts(report: Report) -> dict[str, int]:
-    summary = report.summary
-    keys = (
-        "total",
-        "passed",
-        "failed",
-        "new_failures",
-        "pre_existing",
-        "fixed",
-        "skipped",
-        "tool_errors",
-        "not_checked",
-        "not_run",
-    )
-    return {key: int(summary.get(key) or 0) for key in keys}
-
-
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -214,16 +197,9 @@ def _verdict(n: dict[str, int], causes: list[Cause]) -> str:
     return "✅ **every export passed**"
 
 
-def _counts_line(report: Report, n: dict[str, int]) -> str:
+def _counts_line(report: Report) -> str:
     """How many checks ended how (only the counts that are not zero), on which backends, at which commit."""
-    failed = [f"{n[key]} {word}" for key, word in (("new_failures", "new"), ("pre_existing", "pre-existing")) if n[key]]
-    counts = [
-        f"{n['passed']} passed" if n["passed"] else "",
-        f"{n['failed']} failed" + (f" ({', '.join(failed)})" if failed and n["failed"] else "") if n["failed"] else "",
-        *(f"{n[key]} {word if n[key] == 1 else words}" for key, word, words in _OTHER_COUNTS if n[key]),
-    ]
-    parts = [f"{_plural(n['total'], 'check')}: " + ", ".join(filter(None, counts)) if n["total"] else "no checks"]
-    parts.append("on " + ", ".join(escape_inline(b, 30) for b in report.backends))
+    parts = [counts_text(report.summary), "on " + ", ".join(escape_inline(b, 30) for b in report.backends)]
     if report.selection.get("reason"):
         parts.append(f"selected: {escape_inline(report.selection['reason'], 200)}")
     if report.head_sha:
@@ -231,23 +207,13 @@ def _counts_line(report: Report, n: dict[str, int]) -> str:
     return " · ".join(parts)
 
 
-# The summary's other counts, as the counts line says one and several of them.
-_OTHER_COUNTS = (
-    ("fixed", "fixed", "fixed"),
-    ("tool_errors", "tool error", "tool errors"),
-    ("not_checked", "not checked", "not checked"),
-    ("skipped", "skipped", "skipped"),
-    ("not_run", "not run (budget)", "not run (budget)"),
-)
-
-
 def summary_line(report: Report, causes: list[Cause] | None = None) -> str:
     """The verdict naming the causes, then the counts that are not zero and what was checked."""
-    n = _counts(report)
+    n = counted(report.summary)
     verdict = _verdict(n, _causes(report.cells) if causes is None else causes)
     if note := incomplete_note(report):  # the missing shards' cells are unknown: never a pass
         verdict = f"⚠️ **{note}**" + ("" if verdict.startswith("✅") else f" · {verdict}")
-    return f"{verdict}\n\n{_counts_line(report, n)}"
+    return f"{verdict}\n\n{_counts_line(report)}"
 
 
 def _causes(cells: list[Cell]) -> list[Cause]:
@@ -268,7 +234,9 @@ def _not_results_line(cells: list[Cell]) -> str:
             names = ", ".join(f"{name} ×{count}" if count > 1 else name for name, count in counted)  # noqa: RUF001
             more = f" and {len(by_type) - 8} more types" if len(by_type) > 8 else ""
             parts.append(f"{len(found)} {words} ({escape_inline(names, 400)}{more})")
-    return " · ".join(parts)
+    not_run = next((c for c in cells if c.status == "not_run"), None)
+    advice = f". {hint(not_run, code=escape_inline)}" if not_run else ""  # how to run them all: hfexport's words
+    return " · ".join(parts) + advice
 
 
 def _rows(report: Report) -> tuple[list[str], list[tuple[str, dict[str, Cell]]]]:

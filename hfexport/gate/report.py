@@ -44,6 +44,37 @@ def summarize(cells: list[Cell]) -> dict[str, Any]:
     }
 
 
+def counts_text(summary: dict[str, Any]) -> str:
+    """How the checks ended, in the words every view uses, only the counts that are not zero:
+    ``"6 checks: 4 passed, 2 failed (1 new, 1 pre-existing), 1 tool error"``."""
+    n = counted(summary)
+    which = (("new_failures", "new"), ("pre_existing", "pre-existing"))
+    failed = ", ".join(f"{n[key]} {word}" for key, word in which if n[key])
+    counts = [
+        f"{n['passed']} passed" if n["passed"] else "",
+        f"{n['failed']} failed" + (f" ({failed})" if failed else "") if n["failed"] else "",
+        *(f"{n[key]} {one if n[key] == 1 else many}" for key, one, many in _OTHER_COUNTS if n[key]),
+    ]
+    checks = f"{n['total']} check{'' if n['total'] == 1 else 's'}"
+    return f"{checks}: {', '.join(filter(None, counts))}" if n["total"] else "no checks"
+
+
+# The summary's other counts, as one and as several.
+_OTHER_COUNTS = (
+    ("fixed", "fixed", "fixed"),
+    ("tool_errors", "tool error", "tool errors"),
+    ("not_checked", "not checked", "not checked"),
+    ("skipped", "skipped", "skipped"),
+    ("not_run", "not run (budget)", "not run (budget)"),
+)
+_COUNTED = ("total", "passed", "failed", "new_failures", "pre_existing", *(key for key, _, _ in _OTHER_COUNTS))
+
+
+def counted(summary: dict[str, Any]) -> dict[str, int]:
+    """The summary's counts, 0 where a report of an older schema has none."""
+    return {key: int(summary.get(key) or 0) for key in _COUNTED}
+
+
 def exit_code(summary: dict[str, Any]) -> int:
     """2 when hfexport itself failed (the gate is broken and must say so), 1 on a new failure, else 0."""
     if summary.get("tool_errors"):

@@ -15,7 +15,7 @@ from .. import actions
 from . import health
 from .causes import Cause, group, hint
 from .cells import Cell, disabled_features
-from .report import Report
+from .report import Report, counts_text
 
 
 def _json_safe(value: Any) -> Any:
@@ -60,21 +60,12 @@ def terminal_table(report: Report) -> str:
     for cell in cells:
         if cell.status == "skipped":
             lines.append(f"  {cell.model_class} · {cell.backend}: {cell.label()}")
-    lines.append(summary_counts(report.summary))
+    lines.append(counts_text(report.summary))
     for name, feature in disabled_features(cells).items():
         lines.append(f"off in this transformers (no {name}): {feature}")
     if report.summary.get("tool_errors"):
         lines.append("hfexport itself failed (tool errors above): these cells say nothing about the models")
     return "\n".join(lines)
-
-
-def summary_counts(summary: dict[str, int]) -> str:
-    return (
-        f"{summary['total']} cells: {summary['passed']} passed, {summary['failed']} failed "
-        f"({summary['new_failures']} new, {summary['pre_existing']} pre-existing), {summary['fixed']} fixed, "
-        f"{summary['skipped']} skipped, {summary.get('tool_errors', 0)} tool errors, "
-        f"{summary.get('not_checked', 0)} not checked"
-    ) + (f", {summary['not_run']} not run (budget)" if summary.get("not_run") else "")
 
 
 def junit_xml(report: Report) -> str:
