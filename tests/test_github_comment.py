@@ -399,3 +399,13 @@ def test_a_post_that_shows_seconds_after_its_502_is_not_posted_twice(github, tmp
     assert result.exit_code == 0, result.output
     assert len(github.comments) == 1 and "already up to date" in result.output
     assert [r.method for r in github.writes()] == ["POST"]
+
+
+def test_the_posted_comment_links_the_broken_line_at_the_reports_head(github, tmp_path):
+    frame = {"file": "src/transformers/models/llama/modeling_llama.py", "line": 63, "function": "f", "text": "if x:"}
+    data = report([cell("LlamaModel", "onnx", "fail", frame=frame)], ("onnx",))
+    assert comment(environ(github, tmp_path), write(tmp_path, data)).exit_code == 0
+    body = github.comments[0]["body"]
+    # The server and repository come from the trusted environment; the commit is the report's head, checked above.
+    link = f"https://github.example/acme/transformers/blob/{HEAD}/{frame['file']}#L63"
+    assert f"[`{frame['file']}:63`]({link})" in body and "```python\nif x:\n```" in body

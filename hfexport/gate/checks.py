@@ -73,13 +73,6 @@ class CellFailure(Exception):
         self.error_type = type(cause).__name__
         self.first_line = first_line(cause)
 
-    @property
-    def stage(self) -> str:
-        """The step, and the workaround of hfexport's that was running when the model's code failed under it."""
-        if self.workaround and self.status == "fail":
-            return f"{self.step} · in hfexport's {self.workaround}"
-        return self.step
-
 
 def _where_specialized(error: BaseException) -> Frame | None:
     # A size the program refuses is the model's line that fixed it while tracing (torch's shape environment recorded
@@ -394,7 +387,7 @@ def run_cell(
         _check(shared or ClassUnderTest(job, checkout), engine_name, backend, tolerance, cell, timings)
         cell.update(status="pass", stage=None, error_type=None, error=None)
     except CellFailure as failure:
-        cell.update(status=failure.status, stage=failure.stage, error_type=failure.error_type, error=failure.first_line)
+        cell.update(status=failure.status, stage=failure.step, error_type=failure.error_type, error=failure.first_line)
         cell["frame"] = frame_record(failure.frame, checkout, failure.workaround)
     timings["total"] = round(time.perf_counter() - started, 3)
     cell["disabled"] = compat.disabled()
