@@ -94,9 +94,11 @@ def selected_names(args: argparse.Namespace) -> list[str]:
 
 
 def set_classes(label: str) -> list[str]:
-    """The classes of a named selection: "all", "heads" or "representative"."""
+    """The classes of a named selection: "all", "heads", "representative" or "variants" (variant names)."""
     if label == "representative":
         return representative_classes()
+    if label == "variants":
+        return [f"{model_class}{VARIANT_SEPARATOR}{v.name}" for model_class, v in variants() if v.unmade is None]
     from hfexport import tiny_models
 
     names: list[str] = []
@@ -111,6 +113,23 @@ def set_classes(label: str) -> list[str]:
 def classes_in_shard(classes: list[str], backends: list[str], shard: tuple[int, int]) -> list[str]:
     """The classes with a cell in ``shard`` (the gate shards cells by class and backend), so workers resolve no more."""
     return [c for c in classes if any(in_shard(c, b, shard) for b in backends)]
+
+
+# Popular architectures whose config variants the `variants` set sweeps (issue 53: what hub checkpoints switch on).
+VARIANT_TYPES = ("llama", "mistral", "qwen2", "gemma2", "phi3", "falcon", "bloom", "gpt_neox", "mixtral", "t5")
+VARIANT_SEPARATOR = "@"  # tiny_models.VARIANT_SEPARATOR
+
+
+@functools.cache
+def variants() -> list[tuple[str, Any]]:
+    """(main head class, ``tiny_models.Variant``) of every config variant of ``VARIANT_TYPES``, made or not."""
+    from hfexport import tiny_models
+
+    found = []
+    for model_type in VARIANT_TYPES:
+        model_class = tiny_models.resolve_model_class(model_type).__name__
+        found += [(model_class, variant) for variant in tiny_models.config_variants(model_class)]
+    return found
 
 
 def representative_classes() -> list[str]:
@@ -152,6 +171,10 @@ def run_sweep(
         started = time.time()
         result = run_check(Target(selection, checkout=None), options, echo=echo)
         result.extra["sweep"] = {"set": label, "seconds": round(time.time() - started, 1), "argv": sys.argv[1:]}
+        if label == "variants":  # what the set leaves out, and why: the document lists them
+            result.extra["sweep"]["unmade"] = {
+                f"{model_class}{VARIANT_SEPARATOR}{v.name}": v.unmade for model_class, v in variants() if v.unmade
+            }
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = results / f"{stamp}-{engine}-{'_'.join(backends)}-{label}-{shard[0]}of{shard[1]}.json"
         path.write_text(views.to_json(result))
@@ -283,6 +306,10 @@ def render(results: Path, doc: Path, store: Path | None = None) -> str:
 
     versions = package_versions("onnx", "onnxscript", "onnxruntime", "executorch")
     versions["transformers"] = transformers.__version__
+    variant_cells = {key: cell for key, cell in cells.items() if VARIANT_SEPARATOR in key[1]}
+    variant_runs = [run for run in runs if (run.get("sweep") or {}).get("set") == "variants"]
+    cells = {key: cell for key, cell in cells.items() if key not in variant_cells}
+    runs = [run for run in runs if run not in variant_runs]
     types_of: dict[str, str] = {}
     for (_, model_class, _), cell in cells.items():
         types_of[model_class] = cell["model_type"]
@@ -302,13 +329,65 @@ def render(results: Path, doc: Path, store: Path | None = None) -> str:
     lines += _sweep_section(cells, runs, untimed)
     lines += _totals_section(cells)
     lines += _builder_section(cells, types_of)
+    lines += _variants_section(variant_cells, variant_runs)
     for backend in BACKENDS:
         lines += _backend_section(cells, backend)
     text = "\n".join(lines).rstrip() + "\n"
     _write(doc, text)
     if store is not None:
-        _write(store, _record_text(cells, runs, untimed))
+        _write(store, _record_text(cells | variant_cells, runs + variant_runs, untimed))
     return text
+
+
+def _variants_section(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+    """The config variants of ``VARIANT_TYPES`` (``--set variants``): pass rates per engine and backend, each variant's
+    result, and the variants the builder cannot make, with the reason."""
+    from hfexport.tiny_models.variants import SHORT_CONTEXT
+
+    lines = [
+        "## Config variants",
+        "",
+        "The main head of " + ", ".join(f"`{t}`" for t in VARIANT_TYPES) + " at each config variant it supports",
+        "(`hfexport.tiny_models.variants`: found from the config class and the modeling code; a cell is",
+        "`Class@variant`, checked at the traced shape and the second one, as every cell). Dynamic NTK rope has a",
+        f"context of {SHORT_CONTEXT} positions, so the second shape runs past it.",
+        "",
+    ]
+    if not cells:
+        return [*lines, "Not swept yet: `coverage_sweep.py run --set variants`.", ""]
+    seconds = Counter()
+    for run in runs:
+        seconds[run["engine"]] += (run.get("sweep") or {}).get("seconds") or 0
+    swept = ", ".join(f"{ENGINE_TITLES[e]} {s / 60:.0f} min" for e, s in seconds.items())
+    lines += [f"{len(runs)} gate runs ({swept}).", ""]
+    lines += ["| engine | " + " | ".join(BACKENDS) + " |", "|---|" + "---|" * len(BACKENDS)]
+    for engine in ENGINES:
+        row = []
+        for backend in BACKENDS:
+            ran = [c for (e, _, b), c in cells.items() if e == engine and b == backend]
+            passed = sum(c["status"] == "pass" for c in ran)
+            row.append(f"{passed} / {len(ran)} ({100 * passed / len(ran):.0f} %)" if ran else "—")
+        lines.append(f"| {ENGINE_TITLES[engine]} | " + " | ".join(row) + " |")
+    names = sorted({model_class for (_, model_class, _) in cells})
+    lines += [
+        "",
+        "| model type | class @ variant | "
+        + " | ".join(f"{b} (hfexport / transformers.exporters)" for b in BACKENDS)
+        + " |",
+        "|---|---|" + "---|" * len(BACKENDS),
+    ]
+    for name in sorted(names, key=lambda n: (_variant_type(cells, n), n)):
+        row = [" / ".join(_result(cells.get((engine, name, b))) for engine in ENGINES) for b in BACKENDS]
+        row = [result if result != "— / —" else "—" for result in row]
+        lines.append(f"| {_variant_type(cells, name)} | {name} | " + " | ".join(row) + " |")
+    unmade = {name: why for run in runs for name, why in (run["sweep"].get("unmade") or {}).items()}
+    lines += ["", f"{len(unmade)} variants the builder cannot make (the config class refuses them):", ""]
+    lines += [f"- {name}: {why.replace('`', chr(39))}" for name, why in sorted(unmade.items())]
+    return [*lines, ""]
+
+
+def _variant_type(cells: dict[Key, dict[str, Any]], name: str) -> str:
+    return next(cell["model_type"] for (_, model_class, _), cell in cells.items() if model_class == name)
 
 
 def _write(path: Path, text: str) -> None:
@@ -572,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run a sweep (one gate run per engine), then re-render the document")
     chosen = run.add_mutually_exclusive_group()
     chosen.add_argument("--all", action="store_true", help="every class of every model type")
-    chosen.add_argument("--set", choices=("heads", "representative"), default="heads")
+    chosen.add_argument("--set", choices=("heads", "representative", "variants"), default="heads")
     chosen.add_argument("--models", help="comma-separated model types or classes")
     run.add_argument("--backends", type=_csv(BACKENDS), default=list(BACKENDS))
     run.add_argument("--engines", type=_csv(ENGINES), default=list(ENGINES))

@@ -337,7 +337,8 @@ def _transformers_dir(checkout: Path | None) -> Path | None:
 
 
 def _key(name: str) -> str:
-    return name.strip().lower().replace("-", "_")
+    # A config variant's name ("LlamaForCausalLM@rope_dynamic", tiny_models.variants) names its class.
+    return name.partition("@")[0].strip().lower().replace("-", "_")
 
 
 def unknown_model_names(names: list[str], checkout: Path | None) -> dict[str, list[str]]:
@@ -358,7 +359,7 @@ def unknown_model_names(names: list[str], checkout: Path | None) -> dict[str, li
     known = {**types, **{name.lower(): name for name in classes}}
     found: dict[str, list[str]] = {}
     for name in unknown:
-        if name.strip() in classes:
+        if name.partition("@")[0].strip() in classes:
             continue
         close = difflib.get_close_matches(_key(name), list(known), n=3, cutoff=0.8)
         found[name] = [known[match] for match in close]

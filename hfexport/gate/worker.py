@@ -94,10 +94,11 @@ def resolve(names: list[str], select_all: bool) -> dict[str, Any]:
             except (OSError, TypeError):
                 source, line = None, None
             model_type = model_class.config_class.model_type
+            _, separator, variant = name.strip().partition(tiny_models.VARIANT_SEPARATOR)  # a config variant's name
             classes.append(
                 {
                     "model_type": model_type,
-                    "model_class": model_class.__name__,
+                    "model_class": model_class.__name__ + separator + variant,
                     "path": source,
                     "line": line,
                     "module": model_class.__module__,

@@ -7,10 +7,12 @@ Everything is built from config classes: nothing is downloaded. The package read
 - ``configs``: tiny configs, default configs shrunk or a transformers checkout's ModelTester configs.
 - ``models``: tiny models built from them, and models saved with ``save_pretrained``.
 - ``inputs``: sample inputs, put together by a registry of input builders.
+- ``variants``: the config variants a class supports (rope types, sliding windows, kv heads, ...), by name.
 """
 
 from ..families import CORE_MODEL_TYPES
 from .classes import (
+    VARIANT_SEPARATOR,
     UnknownModelError,
     UnrunnableModelError,
     all_model_types,
@@ -21,15 +23,19 @@ from .configs import tester_config, tiny_config
 from .inputs import sample_inputs
 from .models import load_local_model, tiny_model
 from .tables import ALTERNATE_CONFIGS, HIDDEN, UNRUNNABLE
+from .variants import Variant, config_variants
 
 __all__ = [
     "ALTERNATE_CONFIGS",
     "CORE_MODEL_TYPES",
     "HIDDEN",
     "UNRUNNABLE",
+    "VARIANT_SEPARATOR",
     "UnknownModelError",
     "UnrunnableModelError",
+    "Variant",
     "all_model_types",
+    "config_variants",
     "load_local_model",
     "model_classes_for_type",
     "resolve_model_class",

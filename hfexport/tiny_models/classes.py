@@ -11,6 +11,8 @@ from transformers import PreTrainedModel
 from .. import compat
 from .tables import DEFAULT_HEAD_MAPPINGS, MAIN_HEAD_MAPPINGS
 
+VARIANT_SEPARATOR = "@"
+
 # Internals of the auto classes (through the compatibility layer: an empty table if a transformers lacks one).
 modeling_auto = compat.internal("transformers.models.auto.modeling_auto")
 CONFIG_MAPPING_NAMES: dict[str, str] = (
@@ -67,9 +69,11 @@ def _model_type_of(name: str) -> str | None:
 
 
 def resolve_model_class(name: str | type[PreTrainedModel]) -> type[PreTrainedModel]:
-    """Return the class for a model type (its default head) or for a model class name; a class is itself."""
+    """Return the class for a model type (its default head) or for a model class name (of a config variant too:
+    ``tiny_models.variants``); a class is itself."""
     if isinstance(name, type):
         return name
+    name = name.partition(VARIANT_SEPARATOR)[0]  # "LlamaForCausalLM@rope_dynamic": a config variant of the class
     model_type = _model_type_of(name)
     if model_type is not None:
         for mapping_name in (*DEFAULT_HEAD_MAPPINGS, "MODEL_MAPPING_NAMES"):

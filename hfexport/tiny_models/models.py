@@ -24,7 +24,7 @@ def tiny_model(
     model_class = resolve_model_class(name)
     if model_class.__name__ in UNRUNNABLE:
         raise UnrunnableModelError(f"{model_class.__name__}: {UNRUNNABLE[model_class.__name__]}")
-    config = tiny_config(model_class, checkout=checkout, overrides=overrides)
+    config = tiny_config(name, checkout=checkout, overrides=overrides)
     torch.manual_seed(seed)
     try:
         model = model_class(config)
