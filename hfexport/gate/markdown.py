@@ -26,7 +26,8 @@ from .shards import incomplete_note
 MARKER = "<!-- hfexport-report -->"
 TITLE = "### hfexport export report"
 MIN_CHARS = 2000  # room for the marker, the summary, the table header and the truncation notes
-JOB_SUMMARY_CHARS = 1_000_000  # GitHub's limit for one step's summary is 1 MiB
+# GitHub's limit for one step's summary is 1 MiB; a UTF-16 unit is at most 3 bytes of UTF-8.
+JOB_SUMMARY_CHARS = 340_000
 
 # Characters CommonMark/GFM give a meaning to inline (emphasis, links, images, math, strikethrough).
 _MD_PUNCTUATION = frozenset("\\*_[]()!~$^{}")
