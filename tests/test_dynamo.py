@@ -6,6 +6,7 @@ import copy
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -362,3 +363,21 @@ def test_rwkv_rescaled_in_place_on_its_first_forward_is_rescaled_on_every_call(m
     calls = [max_abs_diff(loaded(**inputs).logits, expected) for _ in range(2)]
     assert calls[0] < 1e-5
     assert (calls[1] < 1e-5) is fixed, calls  # unfixed, the second call divides the weights again
+
+
+class _IntOfLength(torch.nn.Module):
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        length = int(input_ids.shape[1])  # fixes the length: the program takes the traced one only
+        return input_ids[:, :length] * 2
+
+
+def test_a_dimension_tracing_fixed_is_recorded_with_the_line_that_fixed_it():
+    from hfexport.exporters.exporter_dynamo import specialized_dim_lines
+
+    shapes = {"input_ids": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}}
+    program = torch.export.export(_IntOfLength(), (), {"input_ids": torch.ones(2, 7)}, dynamic_shapes=shapes)
+    source = Path(__file__).read_text().splitlines()
+    line = next(n for n, text in enumerate(source, 1) if "length = int(" in text)
+    # The batch stays dynamic; the length is fixed at the int(), which the runner's refusal then names.
+    where = {"file": __file__, "line": line, "function": "forward"}
+    assert specialized_dim_lines(program) == {"input_ids": {"1": where}}
