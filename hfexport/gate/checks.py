@@ -530,7 +530,7 @@ def _check_generation(
         cell["generation"] = {"status": "skipped", "detail": detail.splitlines()[0][:300]}
         return
     for key, cache in GENERATION_PARTS:
-        with failing_part(cell, key), step(f"{backend} · {GENERATION_LABELS[key]}", timings, key):
+        with _failing_part(cell, key), step(f"{backend} · {GENERATION_LABELS[key]}", timings, key):
             exported = _declined_or(
                 cell, key, functools.partial(export, model, copy.deepcopy(inputs), backend, True, cache=cache)
             )
@@ -548,7 +548,7 @@ def _check_generation(
 
 
 @contextmanager
-def failing_part(cell: dict[str, Any], key: str) -> Iterator[None]:
+def _failing_part(cell: dict[str, Any], key: str) -> Iterator[None]:
     """A model's failure inside a generation part ends the cell and marks that part failed, with its first line."""
     try:
         yield
@@ -601,7 +601,7 @@ def _check_export_module(
 
     expected = _eager_tokens(reference, prompt)
     stage = f"{backend} · {GENERATION_LABELS['export_module']}"
-    with failing_part(cell, "export_module"), step(stage, timings, "export_module"):
+    with _failing_part(cell, "export_module"), step(stage, timings, "export_module"):
         try:
             program = export_module_program(model, prompt)
         except ModuleDeclined as declined:
