@@ -221,13 +221,13 @@ def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
     page = _reviewer_view(out)
     _assert_a_comment_a_reviewer_reads(page, broken, line, "if hidden_states.sum() > 1e30:", 6)
     assert "data-dependent at modeling_llama.py" in page and "<code>torch._check(...)</code>" in page
-    assert all(f"{name} · dynamo, executorch, onnx" in page for name in LLAMA_CLASSES)
+    assert all(f"{name} · dynamo, onnx, executorch" in page for name in LLAMA_CLASSES)
     annotations = views.github_annotations(report.Report.from_dict(data))
     assert len(annotations) == 1 and annotations[0].startswith(f"::error file={LLAMA},line={line},title=6 checks")
     assert "torch._check" in annotations[0]
     # Under the terminal's table too (past the progress lines): the cause once, with its line and the hint.
     details = [line for line in output.splitlines() if line.startswith("  ") and "1e30" in line]
-    assert details == [line for line in details if line.startswith("  LlamaForCausalLM · dynamo, executorch, onnx; ")]
+    assert details == [line for line in details if line.startswith("  LlamaForCausalLM · dynamo, onnx, executorch; ")]
     assert len(details) == 1 and "what to do: data-dependent" in output
 
 

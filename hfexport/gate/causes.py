@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .cells import NOT_A_RESULT, Cell
+from .cells import BACKENDS, NOT_A_RESULT, Cell
 
 _DATA_DEPENDENT = re.compile(r"data-dependent expression (?P<expression>.+?)(?: \(|$)")
 _SPECIALIZED = re.compile(
@@ -42,8 +42,10 @@ class Cause:
     @property
     def broken(self) -> str:
         """The cells it breaks: ``LlamaModel · dynamo, onnx; LlamaForCausalLM · dynamo``."""
+        order = {backend: position for position, backend in enumerate(BACKENDS)}
         by_class: dict[str, list[str]] = {}
-        for cell in self.cells:
+        # Backends in the order reports show them (the grid's columns), others after them.
+        for cell in sorted(self.cells, key=lambda c: order.get(c.backend, len(order))):
             by_class.setdefault(cell.model_class, []).append(cell.backend)
         return "; ".join(f"{name} · {', '.join(backends)}" for name, backends in by_class.items())
 
