@@ -45,15 +45,16 @@ def to_html(markdown: str) -> str:
     return cmarkgfm.github_flavored_markdown_to_html(markdown, options=Options.CMARK_OPT_UNSAFE)
 
 
-def comment_of(report: Path) -> str:
-    """The comment's markdown: the file itself, or the comment rendered from a ``report.json``."""
+def comment_of(report: Path, repository: str) -> str:
+    """The comment's markdown: the file itself, or the comment rendered from a ``report.json`` (its lines linked in
+    ``repository`` on github.com)."""
     if report.suffix != ".json":
         return report.read_text(encoding="utf-8")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from hfexport.gate.markdown import render_markdown, repository_url
     from hfexport.gate.schema import load_report
 
-    return render_markdown(load_report(report), repository=repository_url("https://github.com", "owner/repository"))
+    return render_markdown(load_report(report), repository=repository_url("https://github.com", repository))
 
 
 def page(markdown: str, width: int) -> str:
@@ -95,9 +96,10 @@ def main() -> None:
     parser.add_argument("report", type=Path, help="report.md, or a report.json whose comment is rendered")
     parser.add_argument("png", type=Path, help="where the screenshot goes (the page goes beside it, .html)")
     parser.add_argument("--width", type=int, default=900, help="pixels; a PR comment is about 900 wide")
+    parser.add_argument("--repository", default="huggingface/transformers", help="OWNER/NAME a report.json links to")
     args = parser.parse_args()
     page_path = args.png.with_suffix(".html").resolve()
-    page_path.write_text(page(comment_of(args.report), args.width), encoding="utf-8")
+    page_path.write_text(page(comment_of(args.report, args.repository), args.width), encoding="utf-8")
     screenshot(page_path, args.png.resolve(), args.width)
     print(f"{args.png} ({args.width} px wide), page {page_path}")
 
