@@ -19,7 +19,9 @@ from click.testing import CliRunner
 from hfexport.cli import main
 from hfexport.exporters import AutoExportConfig, AutoHfExporter
 from hfexport.gate.blame import blame
+from hfexport.gate.cells import Cell
 from hfexport.gate.checks import run_cell
+from hfexport.gate.schema import validate_cell
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 NEW_TOKENS = 4
@@ -108,6 +110,19 @@ def test_gate_cell_runs_the_static_cache_and_export_module_parts() -> None:
     for part in ("generation", "generation_static", "export_module"):
         assert cell[part] == {"status": "pass", "detail": f"{NEW_TOKENS} greedy tokens match eager"}, part
     assert {"generation_static", "export_module"} <= set(cell["timings"])
+    # The report's typed cell carries both parts; the schema takes not_checked and refuses a status of its own.
+    typed = Cell.from_dict({**cell, **job})
+    assert [label for label, _ in typed.generation_parts()] == [
+        "generation",
+        "generation · static cache",
+        "transformers export module",
+    ]
+    assert validate_cell(typed.as_dict()) == []
+    declined = {"status": "not_checked", "detail": "not checked: why"}
+    assert validate_cell({**typed.as_dict(), "generation_static": declined}) == []
+    assert validate_cell({**typed.as_dict(), "export_module": {"status": "maybe"}}) == [
+        "cell.export_module.status: expected pass, fail, skipped, not_checked"
+    ]
 
 
 def _checkout_with_branch(root: Path) -> tuple[Path, int]:
