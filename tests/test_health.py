@@ -27,7 +27,7 @@ MLP_TWICE = (
     "        again = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))\n"
     "        return (down_proj + again) / 2\n"
 )
-NO_OP = "        unused = 0  # a no-op line\n        return down_proj\n"
+NO_OP = MLP.replace("        return", "        unused = 0  # a no-op line\n        return")
 LLAMA_JOB = {
     "model_type": "llama",
     "model_class": "LlamaForCausalLM",
@@ -49,7 +49,8 @@ def test_a_passing_cell_measures_its_program_and_times_it_beside_the_heads(backe
     assert metrics["nodes"] == sum(metrics["ops"].values()) > 50
     kept = tmp_path / "LlamaForCausalLM" / backend  # the saved export, left for the base job
     files = json.loads((kept / "export.json").read_text())["files"]
-    assert metrics["bytes"] == sum((kept / name).stat().st_size for name in files) > 0
+    saved = sum((kept / name).stat().st_size for name in files)
+    assert 0.1 * saved < metrics["bytes"] < 0.8 * saved  # the nodes' stack traces and scopes left out
     assert metrics["latency_ms"] > 0 and metrics["dynamic_dims"] == 4  # batch and length of both inputs
     assert "paired_latency" not in head
 
@@ -196,6 +197,27 @@ def _mlp_checkout(root: Path, new: str) -> Path:
     return repo
 
 
+def test_mlp_twice_on_dynamo_is_named_and_no_health_skips_the_base(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = _mlp_checkout(tmp_path, MLP_TWICE)
+    args = ["--backends", "dynamo", "--no-generation", "--cache-dir", str(tmp_path / "cache")]
+    code, data, output = _check(repo, args, tmp_path / "out", monkeypatch)
+    assert code == 0, output
+    [cell] = data["cells"]
+    assert cell["status"] == "pass" and cell["base_metrics"]["ops"]["aten.linear.default"] == 15
+    assert cell["metrics"]["ops"]["aten.linear.default"] == 21  # the second MLP's three, in each of 2 layers
+    whats = [e["what"] for e in data["summary"]["health_regressions"]]
+    assert "aten.linear.default 15 → 21 (+40 %)" in whats, whats
+    assert "health · LlamaForCausalLM · dynamo: aten.linear.default 15 → 21" in output
+    assert "LlamaForCausalLM · dynamo: aten.linear.default 15 → 21" in (tmp_path / "out" / "report.md").read_text()
+
+    code, quiet, output = _check(repo, [*args, "--no-health"], tmp_path / "quiet", monkeypatch)
+    assert code == 0 and "at base" not in output  # a passing cell is not run at base
+    assert quiet["cells"][0]["metrics"]["ops"] == cell["metrics"]["ops"] and quiet["cells"][0]["base_metrics"] is None
+    assert quiet["summary"]["health_regressions"] == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backends", ["dynamo,onnx,executorch"])
 def test_computing_the_mlp_twice_passes_and_is_named_a_health_regression(
@@ -232,5 +254,5 @@ def test_a_no_op_line_is_no_health_regression_cached_or_not(tmp_path: Path, monk
         code, data, output = _check(repo, [*common, *args], tmp_path / name, monkeypatch)
         assert code == 0, output
         assert data["summary"]["health_regressions"] == [], (name, data["summary"])
-        passing = [c for c in data["cells"] if c["status"] == "pass"]
-        assert passing and all(c["metrics"]["ops"] == c["base_metrics"]["ops"] for c in passing)
+        assert [c["status"] for c in data["cells"]] == ["pass", "pass"]
+        assert all(c["metrics"]["ops"] == c["base_metrics"]["ops"] for c in data["cells"])

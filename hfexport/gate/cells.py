@@ -80,7 +80,7 @@ class Metrics:
     """What a passing cell's exported program is (``metrics.py``; README, "Export health"); None: not measured."""
 
     nodes: int | None = None  # operator nodes (ONNX: nodes of the model and its subgraphs; ExecuTorch: instructions)
-    bytes: int | None = None  # the saved program's files
+    bytes: int | None = None  # the saved program's files, less its nodes' debug metadata (stack traces...)
     latency_ms: float | None = None  # median at the traced shape on the backend's runtime, after warm-up
     ops: dict[str, int] | None = None  # nodes by operator
     dynamic_dims: int | None = None  # input dimensions the program takes at any size (within its bounds)
@@ -98,7 +98,26 @@ class Health:
     note: str | None = None
 
 
-Part = Frame | SecondShape | Generation | Metrics | Health
+@dataclass
+class FirstBadCommit:
+    """``check --bisect`` on a new failure: the first first-parent commit of the range at which the cell fails, or
+    (``sha`` None) why no commit is named: the budget ran out, or a commit could not be checked."""
+
+    sha: str | None = None  # the full commit id
+    subject: str | None = None
+    pr: int | None = None  # the pull request a merge or squash commit's subject names ("Merge pull request #12")
+    runs: int | None = None  # cell runs the search took (results from the result cache not counted)
+    note: str | None = None  # why no commit is named
+
+    def text(self) -> str:
+        """``abc1234 fix the rope (PR #12)``, or ``not found: <why>``."""
+        if self.sha is None:
+            return f"not found: {self.note}"
+        pr = f" (PR #{self.pr})" if self.pr else ""
+        return f"{self.sha[:7]} {self.subject or ''}".rstrip() + pr
+
+
+Part = Frame | SecondShape | Generation | Metrics | Health | FirstBadCommit
 
 
 def _part(kind: type[Part], data: Any) -> Any:
@@ -146,6 +165,7 @@ class Cell:
     health: Health | None = None  # what moved from base to head
     # Why the gate selected the class: "masking_utils.create_causal_mask changed" (None: named by --models or --all).
     selected_because: str | None = None
+    first_bad_commit: FirstBadCommit | None = None  # a new failure bisected over the range (check --bisect)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cell:
@@ -274,6 +294,7 @@ CELL_KEY_SINCE = {
     "generation_static": 4,
     "export_module": 4,
     "selected_because": 4,
+    "first_bad_commit": 5,
 }
 _REQUIRED = ("model_type", "model_class", "backend")
 # The cell keys whose JSON object is a typed part.
@@ -287,6 +308,7 @@ _PARTS: dict[str, type[Part]] = {
     "metrics": Metrics,
     "base_metrics": Metrics,
     "health": Health,
+    "first_bad_commit": FirstBadCommit,
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import json
 import shutil
 import statistics
 import time
@@ -30,19 +31,23 @@ INPUTS_FILE = "inputs.pt"
 
 def program_metrics(folder: Path, loaded: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     """``nodes``, ``bytes``, ``latency_ms``, ``ops`` (kind -> count), ``dynamic_dims`` and, on ExecuTorch,
-    ``partitions`` (delegated subgraphs) and ``planned_bytes`` (memory planned for activations)."""
+    ``partitions`` (delegated subgraphs) and ``planned_bytes`` (memory planned for activations).
+
+    ``bytes`` leaves out the debug metadata dynamo and ONNX programs carry per node (stack traces naming the files'
+    paths, module names): two-thirds of a tiny program, and larger where the checkout's path is longer."""
     manifest = loaded.manifest
     ops: collections.Counter[str] = collections.Counter()
-    extra: dict[str, int] = {}
+    extra: dict[str, int] = {"debug_bytes": 0}
     for program in loaded.programs.values():
         counted, more = _COUNTERS[loaded.export_format](program)
         ops.update(counted)
         for key, value in more.items():
             extra[key] = extra.get(key, 0) + value
     dynamic = [dims for c in manifest.get("components", {}).values() for dims in (c.get("dynamic_dims") or {}).values()]
+    files = sum((folder / name).stat().st_size for name in manifest.get("files", []))
     return {
         "nodes": sum(ops.values()),
-        "bytes": sum((folder / name).stat().st_size for name in manifest.get("files", [])),
+        "bytes": files - extra.pop("debug_bytes"),
         "latency_ms": round(median_latency_ms(loaded, inputs), 4),
         "ops": dict(sorted(ops.items())),
         "dynamic_dims": sum(len(dims) for dims in dynamic),
@@ -51,17 +56,22 @@ def program_metrics(folder: Path, loaded: Any, inputs: dict[str, Any]) -> dict[s
 
 
 def _dynamo_ops(program: Any) -> tuple[dict[str, int], dict[str, int]]:
-    """The operator nodes of an ``ExportedProgram`` (placeholders and the output are no work)."""
-    graph = program.graph_module.graph
-    return collections.Counter(str(n.target) for n in graph.nodes if n.op == "call_function"), {}
+    """The operator nodes of an ``ExportedProgram`` (placeholders and the output are no work), and the bytes of the
+    stack traces its serialized nodes carry."""
+    nodes = list(program.graph_module.graph.nodes)
+    traces = sum(len(json.dumps(n.meta["stack_trace"])) for n in nodes if n.meta.get("stack_trace"))
+    return collections.Counter(str(n.target) for n in nodes if n.op == "call_function"), {"debug_bytes": traces}
 
 
 def _onnx_ops(program: Any) -> tuple[dict[str, int], dict[str, int]]:
-    """The nodes of an ONNX model, those of its subgraphs (``If``, ``Loop`` bodies) included."""
+    """The nodes of an ONNX model, those of its subgraphs (``If``, ``Loop`` bodies) included, and the bytes of their
+    metadata (torch.onnx's stack traces, module scopes and FX names)."""
     from onnx_ir.traversal import RecursiveGraphIterator
 
-    nodes = RecursiveGraphIterator(program.graph)
-    return collections.Counter(f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in nodes), {}
+    nodes = list(RecursiveGraphIterator(program.graph))
+    metadata = sum(len(key) + len(value) for n in nodes for key, value in n.metadata_props.items())
+    ops = collections.Counter(f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in nodes)
+    return ops, {"debug_bytes": metadata}
 
 
 def _executorch_ops(program: Any) -> tuple[dict[str, int], dict[str, int]]:
