@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportStageError, registry
+from hfexport.exporters import (
+    AutoExportConfig,
+    AutoHfExporter,
+    ExportStageError,
+    exporter_dynamo,  # noqa: F401  (registers the "dynamo" workarounds)
+    registry,
+)
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 # Dynamic NTK rope past a context of 8 positions: traced at 7 (the original frequencies), run at 13 (grown ones).
@@ -55,13 +61,17 @@ def test_dynamic_rope_needs_its_patch(monkeypatch: pytest.MonkeyPatch) -> None:
         _export(model, sample_inputs(model, **TRACED), "dynamo")
 
 
-def test_dynamic_rope_patch_finds_only_loaded_rotary_forwards() -> None:
-    from hfexport.exporters.workarounds.dynamo import _rope_updated_forwards
-
-    tiny_model("LlamaForCausalLM")
-    found = _rope_updated_forwards()
-    assert "transformers.models.llama.modeling_llama.LlamaRotaryEmbedding.forward" in found
-    assert "transformers.models.llama.modeling_llama.LlamaRMSNorm.forward" not in found
+def test_dynamic_rope_patch_is_installed_on_every_loaded_rotary_class() -> None:
+    # Its targets are the rotary forwards of the modeling modules loaded when an export starts, each one patched (the
+    # second model of a gate worker's jobs was left unpatched while installing changed the list being walked).
+    tiny_model("LlamaForCausalLM"), tiny_model("MistralForCausalLM")
+    with registry.apply_patches("dynamo") as report:
+        installed = {r["target"] for r in report.installed if r["name"] == "_patch_dynamic_rope_as_tensor_select"}
+    assert {
+        "transformers.models.llama.modeling_llama.LlamaRotaryEmbedding.forward",
+        "transformers.models.mistral.modeling_mistral.MistralRotaryEmbedding.forward",
+    } <= installed
+    assert not any("RMSNorm" in target for target in installed)
 
 
 def test_falcon_alibi_runs_on_onnxruntime_only_with_float32_products(monkeypatch: pytest.MonkeyPatch) -> None:

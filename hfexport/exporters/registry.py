@@ -138,6 +138,10 @@ class LoadedTargets(Sequence[str]):
     def __len__(self) -> int:
         return len(self.find())
 
+    def __iter__(self) -> Iterator[str]:
+        # Listed once: installing the patch of one target changes what find() sees of the others.
+        return iter(self.find())
+
 
 def register_loaded_patch(key: str, targets: LoadedTargets) -> Callable[[Callable], Callable]:
     """``register_patch`` for targets found among the loaded modules when ``key``'s patches are installed."""
