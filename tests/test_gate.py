@@ -44,7 +44,10 @@ def _run(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[i
 
 def test_change_to_one_model_selects_exactly_its_classes(repo: Path) -> None:
     git(repo, "checkout", "-q", "-b", "feature")
-    commit(repo, {LLAMA: llama_source(1).replace("class LlamaModel(", "# touched\nclass LlamaModel(")}, "touch llama")
+    touched = llama_source(1).replace(
+        "@auto_docstring\nclass LlamaModel(", "_UNUSED = 1\n\n\n@auto_docstring\nclass LlamaModel("
+    )
+    commit(repo, {LLAMA: touched}, "touch llama")
     target = target_for(repo, [], [], False, None, None)
     assert target.base == git(repo, "rev-parse", "main")
     assert target.selection.mode == "diff"
@@ -55,21 +58,22 @@ def test_change_to_one_model_selects_exactly_its_classes(repo: Path) -> None:
     assert (repo / LLAMA).read_text().splitlines()[line - 1].startswith("class LlamaModel(")
 
 
-def test_shared_code_selects_representative_set(repo: Path) -> None:
-    selection = changes.select_from_files(["src/transformers/cache_utils.py"], repo, "files")
+def test_hfexport_exporter_code_selects_representative_set(repo: Path) -> None:
+    selection = changes.select_from_files(["hfexport/exporters/exporter_dynamo.py"], repo, "files")
     assert selection.representative
     assert {c.model_class for c in selection.classes} == set(changes.REPRESENTATIVE_NAMES)
-    assert "cache_utils.py" in selection.reason
+    assert "hfexport's exporters changed" in selection.reason
 
 
-def test_a_release_sized_diff_names_a_few_model_types_in_its_reason(repo: Path) -> None:
-    types = [f"model{index:02d}" for index in range(12)] + ["llama"]
-    files = [f"src/transformers/models/{t}/modeling_{t}.py" for t in types]
+def test_a_release_sized_diff_names_a_few_reasons_in_its_line(repo: Path) -> None:
+    types = ["bert", "gpt2", "t5", "vit", "opt", "bart", "roberta", "whisper", "clip", "mistral", "qwen2", "llama"]
+    files = [f"src/transformers/models/{t}/configuration_{t}.py" for t in types]
     selection = changes.select_from_files(files, repo, "files")
     named = changes.REASONS_NAMED
-    assert selection.reason.count(" changed") == named
-    assert selection.reason.endswith(f"and {13 - named} more model types")
-    assert selection.model_types == ["llama"]  # every changed type still selects its classes (here, the one it has)
+    assert selection.reason.count(" changed: ") == named
+    assert selection.reason.endswith(f"and {len(types) - named} more reasons")
+    assert selection.model_types == sorted(types)  # every changed type still selects its classes
+    assert selection.reason_counts["configuration_llama.py changed"] == len(LLAMA_CLASSES)
 
 
 def test_abstract_bases_and_helpers_are_not_candidates(repo: Path) -> None:
@@ -208,7 +212,9 @@ def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
     out = tmp_path / "report"
     monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
     monkeypatch.setenv("GITHUB_REPOSITORY", "huggingface/transformers")
-    args = ["check", "--base", clean, "--head", broken, "--backends", "dynamo,onnx,executorch", "--no-generation"]
+    # The classes by name (what a diff selects is test_onnx_breakage's part); --base still tells new from pre-existing.
+    models = ["--models", ",".join(LLAMA_CLASSES), "--base", clean, "--head", broken]
+    args = ["check", *models, "--backends", "dynamo,onnx,executorch", "--no-generation"]
     code, output = _run([*args, "-j", "2", "--report-dir", str(out)], repo, monkeypatch)
     assert code == 1, output
     data = json.loads((out / "report.json").read_text())
@@ -241,7 +247,8 @@ def test_an_int_of_the_sequence_length_fails_at_the_second_shape_naming_its_line
     out = tmp_path / "report"
     monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
     monkeypatch.setenv("GITHUB_REPOSITORY", "huggingface/transformers")
-    args = ["check", "--base", clean, "--head", specialized, "--backends", "dynamo,onnx,executorch", "--no-generation"]
+    models = ["--models", ",".join(LLAMA_CLASSES), "--base", clean, "--head", specialized]
+    args = ["check", *models, "--backends", "dynamo,onnx,executorch", "--no-generation"]
     code, output = _run([*args, "-j", "2", "--report-dir", str(out)], repo, monkeypatch)
     assert code == 1, output
     data = json.loads((out / "report.json").read_text())
