@@ -280,6 +280,11 @@ def _check_registry(backend: str | None) -> None:
 @click.argument("report", type=click.Path(exists=True, path_type=Path))
 @click.option("--repo", help="OWNER/NAME (default: $GITHUB_REPOSITORY).")
 @click.option("--pr", "pr_number", type=int, help="PR number (default: from $GITHUB_EVENT_PATH, else the report's).")
+@click.option(
+    "--issue",
+    type=click.IntRange(1),
+    help="Post to this tracking issue, not a PR (the scheduled run on main): one sticky comment, edited in place.",
+)
 @click.option("--api-url", help="REST API root, e.g. https://ghe.example.com/api/v3 (default: $GITHUB_API_URL).")
 @click.option("--token", help="Prefer $HFEXPORT_GITHUB_TOKEN, $GITHUB_TOKEN or $GH_TOKEN: options show in `ps`.")
 @click.option("--head-sha", help="Commit the report must be for (default: the triggering event's head).")
@@ -298,6 +303,7 @@ def comment(
     report: Path,
     repo: str | None,
     pr_number: int | None,
+    issue: int | None,
     api_url: str | None,
     token: str | None,
     head_sha: str | None,
@@ -308,7 +314,7 @@ def comment(
     request_interval: float,
     write_settle: float,
 ) -> None:
-    """Post REPORT (report.json from `hfexport check`, or its directory) to the PR as one sticky comment.
+    """Post REPORT (report.json from `hfexport check`, or its directory) to the PR (or --issue) as one sticky comment.
 
     \b
     In GitHub Actions everything comes from the environment:
@@ -317,8 +323,10 @@ def comment(
       GH_TOKEN=... hfexport comment report.json --repo huggingface/transformers --pr 123
     """
     from .gate.schema import ReportError, load_report
-    from .github.comment import CommentError, post_report, resolve_target
+    from .github.comment import CommentError, post_report, post_to_issue, resolve_target
 
+    if issue is not None and pr_number is not None:
+        _fail("--issue and --pr name two places to post: pass one")
     try:
         target = resolve_target(
             os.environ,
@@ -329,15 +337,11 @@ def comment(
             head_sha=head_sha,
             details_url=details_url,
         )
-        outcome = post_report(
-            load_report(report),
-            target,
-            author=author,
-            attempts=retries,
-            backoff=backoff,
-            request_interval=request_interval,
-            settle=write_settle,
-        )
+        retrying = {"attempts": retries, "backoff": backoff, "request_interval": request_interval}
+        if issue is not None:
+            outcome = post_to_issue(load_report(report), target, issue, author=author, settle=write_settle, **retrying)
+        else:
+            outcome = post_report(load_report(report), target, author=author, settle=write_settle, **retrying)
     except (CommentError, ReportError) as error:
         _fail(error)
     _say(f"{outcome.message}: {outcome.url}" if outcome.url else outcome.message)
@@ -430,6 +434,19 @@ def _health_thresholds(_ctx: click.Context, _param: click.Parameter, value: str)
     help="Check only the selected classes of these model types or class names, comma-separated (e.g. to re-check "
     "a few of a large selection).",
 )
+@click.option(
+    "--bisect",
+    is_flag=True,
+    help="For each new failure, find the first commit of the range (first parents of base..head) at which it fails: "
+    "a binary search rerunning that class on that backend (about log2(commits) runs, fewer from the result cache).",
+)
+@click.option(
+    "--bisect-budget",
+    type=click.FloatRange(0, 1, max_open=True),
+    metavar="SHARE",
+    help="With --bisect and --budget: the share of the budget kept for bisecting (default 0.3); the head and base "
+    "runs get the rest. A failure whose search it cannot finish says so, with the narrowest range reached.",
+)
 def check(
     files: tuple[Path, ...],
     base: str | None,
@@ -453,6 +470,8 @@ def check(
     fail_on_health: bool,
     impact_map: Path | None,
     only: str | None,
+    bisect: bool,
+    bisect_budget: float | None,
 ) -> None:
     """Export the model classes a change touched on every backend; exit 1 when one is newly broken.
 
@@ -478,6 +497,8 @@ def check(
         _fail("--cache-dir and --no-cache contradict each other")
     if only and (names or select_all):
         _fail("--only narrows what a change selects: with --models or --all, name just the classes there")
+    if bisect_budget is not None and not (bisect and budget):
+        _fail("--bisect-budget is a share of --budget kept for --bisect: pass both")
     cache = None if no_cache else (cache_dir or default_cache_dir())
     try:
         if cache is not None:
@@ -489,12 +510,16 @@ def check(
     )
     options.export_health, options.health_thresholds, options.fail_on_health = health, health_thresholds, fail_on_health
     options.record_impact = cache is not None and recording_supported()  # the cache keeps each class's impact record
+    options.bisect = bisect
+    options.bisect_share = options.bisect_share if bisect_budget is None else bisect_budget
     try:
         target = target_for(
             Path.cwd(), [str(f) for f in files], names, select_all, base, head, impact_map=impact_map, cache_dir=cache
         )
         if only:
             target.selection.keep_only([name.strip() for name in only.split(",") if name.strip()])
+        if bisect and target.base is None:
+            _fail("--bisect searches a range of commits: pass --base (--models and file names alone have none)")
         result = run_check(target, options, echo=_say, pr=pr_context(os.environ))
     except (GateError, CacheError) as error:
         _fail(str(error))

@@ -7,7 +7,9 @@ transformers, so what gets exported is the repository's code, edits included.
 
 from __future__ import annotations
 
+import ast
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -70,3 +72,34 @@ def make_checkout(root: Path, heads: int = 2) -> Path:
         "base",
     )
     return root
+
+
+def make_release_checkout(root: Path, package: Path = INSTALLED) -> Path:
+    """A whole transformers release laid out as a checkout (``src/transformers``), one commit on branch main: the
+    installed package's files by default, or a release unpacked from its wheel."""
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    shutil.copytree(package, root / "src" / "transformers", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "README.md").write_text("checkout\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "release")
+    return root
+
+
+def prepend_to(source: str, qualname: str, statements: str) -> str:
+    """``source`` with ``statements`` (lines, unindented) first in the body of function or method ``qualname``, after
+    its docstring: where a change to a release's function goes, whatever its line numbers."""
+    scope: ast.AST = ast.parse(source)
+    for name in qualname.split("."):
+        scope = next(n for n in scope.body if isinstance(n, ast.ClassDef | ast.FunctionDef) and n.name == name)
+    body = scope.body
+    first = body[1] if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body[0]
+    lines = source.splitlines(keepends=True)
+    indent = " " * first.col_offset
+    added = "".join(f"{indent}{line}\n" for line in statements.splitlines())
+    return "".join(lines[: first.lineno - 1]) + added + "".join(lines[first.lineno - 1 :])
+
+
+def commit_prepended(repo: Path, path: str, qualname: str, statements: str) -> str:
+    """Commit ``statements`` put first in ``qualname`` of one file of the checkout (see ``prepend_to``)."""
+    return commit(repo, {path: prepend_to((repo / path).read_text(), qualname, statements)}, f"change {qualname}")

@@ -52,8 +52,10 @@ def env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def install_hook(checkout: Path, hook_repo: tuple[Path, str], env: dict[str, str], args: list[str]) -> None:
-    hook = {"id": "hfexport-check", "args": args}
+def install_hook(
+    checkout: Path, hook_repo: tuple[Path, str], env: dict[str, str], args: list[str], verbose: bool = False
+) -> None:
+    hook = {"id": "hfexport-check", "args": args, "verbose": verbose}  # verbose: its output shown when it passes
     config = {"repos": [{"repo": str(hook_repo[0]), "rev": hook_repo[1], "hooks": [hook]}]}
     commit(checkout, {".pre-commit-config.yaml": yaml.safe_dump(config)}, "pre-commit config")
     result = run([sys.executable, "-m", "pre_commit", "install"], checkout, env)
@@ -65,9 +67,26 @@ def test_hook_definition():
     assert (hook["id"], hook["entry"], hook["language"]) == ("hfexport-check", "hfexport check", "system")
     assert hook["args"] == ["--backends=dynamo,onnx"]  # the fast backends; ExecuTorch through `args`
     pattern = re.compile(hook["files"])
-    for name in ("modeling_llama.py", "src/transformers/models/llama/modular_llama.py", "configuration_bert.py"):
+    # Every file the selection can act on: a model's own files and the shared code every model runs.
+    for name in (
+        "src/transformers/models/llama/modeling_llama.py",
+        "src/transformers/models/llama/modular_llama.py",
+        "src/transformers/models/bert/configuration_bert.py",
+        "src/transformers/masking_utils.py",
+        "src/transformers/cache_utils.py",
+        "src/transformers/integrations/sdpa_attention.py",
+        "checkouts/transformers/src/transformers/generation/utils.py",
+    ):
         assert pattern.search(name), name
-    for name in ("tokenization_llama.py", "modeling_llama.pyi", "docs/modeling_llama.md"):
+    for name in (
+        "src/transformers/models/llama/tokenization_llama.py",
+        "src/transformers/models/gemma3/image_processing_pil_gemma3.py",
+        "src/transformers/models/llama/convert_llama_weights_to_hf.py",
+        "src/transformers/cli/serve.py",
+        "src/transformers/models/llama/modeling_llama.pyi",
+        "tests/models/llama/test_modeling_llama.py",
+        "docs/modeling_llama.md",
+    ):
         assert not pattern.search(name), name
 
 
@@ -85,7 +104,11 @@ def test_try_repo_skips_files_that_are_not_modeling_code(tmp_path, hook_repo, en
 def test_installed_hook_passes_an_exportable_model(tmp_path, hook_repo, env):
     checkout = make_checkout(tmp_path / "transformers", heads=1)
     install_hook(checkout, hook_repo, env, ["--backends=dynamo", "--no-generation"])
-    (checkout / LLAMA).write_text(llama_source(1).replace("class LlamaModel(", "# a comment\nclass LlamaModel("))
+    (checkout / LLAMA).write_text(
+        llama_source(1).replace(
+            "@auto_docstring\nclass LlamaModel(", "_UNUSED = 1\n\n\n@auto_docstring\nclass LlamaModel("
+        )
+    )
     git(checkout, "add", LLAMA)
     before = git(checkout, "rev-parse", "HEAD")
     result = run(["git", "commit", "-m", "touch llama"], checkout, env)
@@ -93,6 +116,20 @@ def test_installed_hook_passes_an_exportable_model(tmp_path, hook_repo, env):
     assert result.returncode == 0, output
     assert "hfexport export check....." in output and output.rstrip().endswith("Passed")
     assert git(checkout, "rev-parse", "HEAD~1") == before  # committed
+
+
+def test_hook_fires_on_shared_code_and_comments_select_nothing(tmp_path, hook_repo, env):
+    checkout = make_checkout(tmp_path / "transformers")
+    install_hook(checkout, hook_repo, env, ["--backends=dynamo", "--no-generation"], verbose=True)
+    cache_utils = checkout / "src/transformers/cache_utils.py"
+    cache_utils.write_text(cache_utils.read_text() + "\n# a note on caches, no code\n")
+    git(checkout, "add", "src/transformers/cache_utils.py")
+    result = run(["git", "commit", "-m", "a comment in cache_utils"], checkout, env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    # The hook ran on the staged shared file (the old files: pattern skipped it) and read the change at line level.
+    assert "hfexport export check....." in output and "Skipped" not in output
+    assert "checking 0 cell(s): no code of a model's files or of shared code changed" in output
 
 
 def test_installed_hook_blocks_a_broken_model(tmp_path, hook_repo, env):

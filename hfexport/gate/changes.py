@@ -4,6 +4,11 @@ Model classes are read from the modeling files themselves with ``ast`` (no impor
 class of a touched ``modeling_*.py`` that derives from ``PreTrainedModel`` (through classes of the same file or of
 other modeling files) and has a ``forward`` of its own or inherited is a candidate. Abstract family bases such as
 ``LlamaPreTrainedModel`` define no ``forward`` and are left out.
+
+A diff is read at function precision (``touched``): a model type's own modeling, modular or configuration file
+whose code changed selects its classes; any other code change under ``src/transformers`` selects the classes whose
+impact map holds the touched function (``impact``) and, for classes without a map entry, the ones static analysis
+finds running it (``reach``). Each selected class carries why, and how directly it runs the change (``rank``).
 """
 
 from __future__ import annotations
@@ -14,24 +19,31 @@ import importlib.util
 import os
 import re
 import subprocess
-from dataclasses import dataclass, field
+import tokenize
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from ..families import GATE_CLASSES
+from . import reach, touched
+from .impact import ImpactMap
+from .touched import Touch, Touches
 
 MODEL_FILE = re.compile(
-    r"(?:^|/)src/transformers/models/(?P<type>[^/]+)/(?P<kind>modeling|modular|configuration)_[^/]*\.py$"
+    r"(?:^|/)src/transformers/models/(?P<type>[^/]+)/(?P<kind>modeling|modular|configuration)_(?P<name>[^/]*)\.py$"
 )
-# Shared code whose change can break any model: it selects the representative set instead of one model type.
-SHARED_CODE = re.compile(
-    r"(?:^|/)src/transformers/(?:cache_utils|masking_utils|modeling_utils|modeling_rope_utils|pytorch_utils"
-    r"|modeling_attn_mask_utils|integrations/[^/]*attention[^/]*)\.py$"
-    r"|(?:^|/)hfexport/exporters/[^/]+\.py$"
-)
+# hfexport's own exporters (when the gate checks hfexport itself): no map or source analysis covers them, so a
+# change there selects the representative set.
+EXPORTER_CODE = re.compile(r"(?:^|/)hfexport/exporters/[^/]+\.py$")
 # One class per kind of architecture the exporters treat differently: decoder LM, encoder, seq2seq, vision.
 REPRESENTATIVE_NAMES = tuple(class_name for _, class_name in GATE_CLASSES)
-# The selection's reason names the changed files of this many model types; the report's model_types has every one.
+# The selection's reason names this many reasons (with their class counts); the report's selection has every one.
 REASONS_NAMED = 8
+# The report keeps the class counts of this many reasons, the largest (a report's objects hold at most 1,000 entries).
+REASON_COUNTS_KEPT = 100
+# How directly a class runs the change, for the budget's order (lower first): its own file changed, the impact map
+# shows it ran the touched code, static analysis finds it N steps away, or only the module's import closure holds it.
+RANK_OWN_FILE, RANK_MAP, RANK_STATIC = 0, 1, 2
 
 
 class SelectionError(ValueError):
@@ -45,6 +57,8 @@ class SelectedClass:
     file: str | None = None  # relative to the repository root when inside a checkout
     line: int | None = None
     module: str | None = None  # dotted module that defines the class, when known from its file
+    reason: str | None = None  # why it was selected: "masking_utils.create_causal_mask changed"
+    rank: int = 0  # how directly it runs the change (see RANK_*): the budget runs lower ranks first
 
 
 @dataclass
@@ -54,10 +68,38 @@ class Selection:
     names: list[str] = field(default_factory=list)  # --models / --all names the worker resolves to classes
     representative: bool = False
     reason: str = ""
+    notes: list[str] = field(default_factory=list)  # one line per fallback taken (unreadable diff or map)
+    # Model type -> its changed modular file (relative to the repository root): its modeling file is regenerated.
+    modular: dict[str, str] = field(default_factory=dict)
 
     @property
     def model_types(self) -> list[str]:
         return sorted({c.model_type for c in self.classes})
+
+    @property
+    def reason_counts(self) -> dict[str, int]:
+        """How many classes each reason selected, the most first ("N classes run that function")."""
+        counts: dict[str, int] = {}
+        for selected in {c.model_class: c for c in self.classes if c.reason}.values():
+            counts[selected.reason] = counts.get(selected.reason, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+    def keep_only(self, names: list[str]) -> None:
+        """Keep the classes of these model types or class names (``check --only``); the reason says so."""
+        wanted = set(names)
+        self.classes = [c for c in self.classes if c.model_type in wanted or c.model_class in wanted]
+        self.reason = f"{self.reason} (only {', '.join(names)})"
+
+    def as_report(self) -> dict[str, Any]:
+        """The report's ``selection`` section; each cell holds its class's own reason (``selected_because``)."""
+        return {
+            "mode": self.mode,
+            "model_types": self.model_types,
+            "representative": self.representative,
+            "reason": self.reason,
+            "reason_counts": dict(list(self.reason_counts.items())[:REASON_COUNTS_KEPT]),
+            "notes": list(self.notes),
+        }
 
 
 # ── Git ──
@@ -68,7 +110,7 @@ class Selection:
 _HOOK_GIT_VARIABLES = frozenset({"GIT_INDEX_FILE", "GIT_DIR", "GIT_WORK_TREE", "GIT_PREFIX"})
 
 
-def git(root: Path, *args: str, index_file: Path | None = None) -> str:
+def git(root: Path, *args: str, index_file: Path | None = None, strip: bool = True) -> str:
     env = {name: value for name, value in os.environ.items() if name not in _HOOK_GIT_VARIABLES}
     if index_file is not None:  # an index of hfexport's own, so the repository's own index is never touched
         env["GIT_INDEX_FILE"] = str(index_file)
@@ -76,7 +118,7 @@ def git(root: Path, *args: str, index_file: Path | None = None) -> str:
     if result.returncode != 0:
         message = (result.stderr.strip().splitlines() or ["git failed"])[-1]
         raise SelectionError(f"git {' '.join(args)}: {message}")
-    return result.stdout.strip()
+    return result.stdout.strip() if strip else result.stdout
 
 
 def repository_root(path: Path) -> Path:
@@ -275,41 +317,173 @@ def classes_of_type(model_type: str, root: Path | None) -> list[SelectedClass]:
     return selected
 
 
-def select_from_files(files: list[str], root: Path | None, mode: str) -> Selection:
-    """Map changed files to model classes; shared code selects the representative set."""
-    model_types: dict[str, list[str]] = {}
-    shared = []
-    for name in files:
-        posix = Path(name).as_posix()
-        match = MODEL_FILE.search(posix)
+def select_from_files(
+    files: list[str],
+    root: Path | None,
+    mode: str,
+    diff: tuple[Path, str, str | None] | None = None,
+    impact: ImpactMap | None = None,
+    facts_cache: Path | None = None,
+) -> Selection:
+    """Map changed files to model classes.
+
+    ``diff`` (repository root, base commit, head commit or None for the working tree) reads what changed at function
+    precision, ``files`` then relative to that root; without it each transformers file counts as changed whole.
+    ``impact``: the impact map, or None to select by static analysis only. ``facts_cache``: see ``reach.SourceTree``.
+    """
+    selection = Selection(mode=mode)
+    posix = [Path(name).as_posix() for name in files]
+    source_files = [name for name in posix if touched.module_of(name)]
+    touches = diff_touches(*diff, source_files) if diff else _whole_files(source_files)
+    selection.notes += touches.notes
+    picked: dict[str, SelectedClass] = {}
+    for name in touches.files:
+        match = MODEL_FILE.search(name)
         if match:
-            model_types.setdefault(match["type"], []).append(Path(posix).name)
-        elif SHARED_CODE.search(posix):
-            shared.append(Path(posix).name)
-    classes: list[SelectedClass] = []
-    reasons = []
-    for model_type, names in sorted(model_types.items()):
-        classes += classes_of_type(model_type, root)
-        reasons.append(f"{', '.join(sorted(set(names)))} changed")
-    if len(reasons) > REASONS_NAMED:  # a release diff touches ~500 model types: the report lists them all
-        reasons[REASONS_NAMED:] = [f"and {len(reasons) - REASONS_NAMED} more model types"]
-    selection = Selection(mode=mode, classes=classes, reason="; ".join(reasons))
+            own = [replace(c, reason=f"{Path(name).name} changed") for c in classes_of_type(match["type"], root)]
+            _pick(picked, own)
+            if match["kind"] == "modular":
+                selection.modular[match["type"]] = name
+    shared = [t for t in touches.touches if not _own_file_only(t.file)]
     if shared:
-        known = {c.model_class for c in classes}
-        for model_type, class_name in GATE_CLASSES:
-            if class_name not in known:
-                located = [c for c in classes_of_type(model_type, root) if c.model_class == class_name]
-                classes.append(located[0] if located else SelectedClass(model_type, class_name))
+        _pick(picked, _reached(shared, root, impact, facts_cache))
+    if any(EXPORTER_CODE.search(name) for name in posix):
+        _pick(picked, _representative(root))
         selection.representative = True
-        shared_reason = f"shared code changed ({', '.join(sorted(set(shared)))}): representative architectures"
-        selection.reason = "; ".join(filter(None, [selection.reason, shared_reason]))
-    if not selection.reason:
-        selection.reason = "no modeling, configuration or shared code changed"
+    selection.classes = list(picked.values())
+    selection.reason = _summary(selection, touches) or "no code of a model's files or of shared code changed"
     return selection
 
 
-def select_from_diff(root: Path, base: str, head: str | None) -> Selection:
-    return select_from_files(changed_files(root, base, head), root, "diff")
+def _own_file_only(file: str) -> bool:
+    """A modular or configuration file: it selects its own model type only (its modeling file holds the code)."""
+    match = MODEL_FILE.search(file)
+    return bool(match) and match["kind"] != "modeling"
+
+
+def _pick(picked: dict[str, SelectedClass], classes: list[SelectedClass]) -> None:
+    """Add classes; a class selected twice keeps its most direct reason."""
+    for selected in classes:
+        held = picked.get(selected.model_class)
+        if held is None or selected.rank < held.rank:
+            picked[selected.model_class] = selected
+
+
+def _representative(root: Path | None) -> list[SelectedClass]:
+    found = []
+    for model_type, class_name in GATE_CLASSES:
+        located = [c for c in classes_of_type(model_type, root) if c.model_class == class_name]
+        found.append(located[0] if located else SelectedClass(model_type, class_name))
+    return [replace(c, reason="hfexport's exporters changed (representative set)") for c in found]
+
+
+def _summary(selection: Selection, touches: Touches) -> str:
+    """The selection's one line: its reasons with their class counts, the first ``REASONS_NAMED`` of them."""
+    counts = selection.reason_counts
+    parts = [f"{reason}: {count} class{'es' if count > 1 else ''}" for reason, count in counts.items()]
+    if len(parts) > REASONS_NAMED:
+        parts[REASONS_NAMED:] = [f"and {len(parts) - REASONS_NAMED} more reasons"]
+    if not parts and touches.touches:
+        parts = [f"{touches.touches[0].label} changed: no model class runs it"]
+    return "; ".join(parts)
+
+
+# A class one step from the touched code says how it runs it when that is not by a call; further ones say nothing
+# more (their rank tells how far), so that one touched function is one reason ("N classes run that function").
+_HOW = {"subclass": " (subclass)", "imports the module": " (imports the module)"}
+
+
+def _reached(
+    touches: list[Touch], root: Path | None, impact: ImpactMap | None, facts_cache: Path | None
+) -> list[SelectedClass]:
+    """The classes that run touched shared code: the impact map's for the classes it has, static analysis's for the
+    rest, and the model types whose modular files copy a touched modeling file's code."""
+    complete = root is not None and (root / "src" / "transformers" / "__init__.py").is_file()
+    # The jobs' rule (jobs.transformers_dir): a complete checkout alone, a partial one over the installed package.
+    tree = reach.SourceTree(
+        [root / "src" / "transformers"] if complete else transformers_source_dirs(root), facts_cache
+    )
+    walker = reach.StaticReach(tree)
+    mapped = impact.model_classes() if impact else set()
+    found: list[SelectedClass] = []
+    for touch in {(t.module, t.qualname, t.kind, t.names): t for t in reversed(touches)}.values():
+        label = f"{touch.label} changed"
+        if impact is not None:
+            names = (
+                impact.classes_running(touch.unit)
+                if touch.kind == "function"
+                else impact.classes_with_module(touch.module)
+            )
+            hits = filter(None, map(walker.locate, sorted(names)))
+            found += [_selected(hit, tree, root, label, RANK_MAP) for hit in hits]
+        for hit in walker.reach(touch, fallback=not MODEL_FILE.search(touch.file)):
+            if hit.model_class not in mapped:
+                how = _HOW.get(hit.how, "") if hit.distance in (1, reach.CLOSURE_DISTANCE) else ""
+                found.append(_selected(hit, tree, root, label + how, RANK_STATIC + hit.distance))
+        for model_type, modular in walker.modular_copiers(touch):
+            reason = f"{modular} copies {touch.label}"
+            found += [replace(c, reason=reason, rank=RANK_STATIC + 1) for c in classes_of_type(model_type, root)]
+    tree.save()
+    return found
+
+
+def _selected(hit: reach.Hit, tree: reach.SourceTree, root: Path | None, reason: str, rank: int) -> SelectedClass:
+    model_type = reach.model_type_of(hit.module) or ""
+    file = _relative(tree.paths[hit.module], root)
+    return SelectedClass(model_type, hit.model_class, file, hit.line, hit.module, reason, rank)
+
+
+# ── The diff at function precision ──
+
+
+def diff_touches(repo_root: Path, base: str, head: str | None, paths: list[str]) -> Touches:
+    """What the diff of ``paths`` (transformers files, relative to ``repo_root``) touched, base and head sides."""
+    if not paths:
+        return Touches()
+    try:
+        args = ["diff", "-U0", "--no-renames", "--no-color", "--no-ext-diff", base, *([head] if head else [])]
+        lines = touched.changed_lines(git(repo_root, *args, "--", *paths))
+    except (SelectionError, touched.DiffError) as error:
+        found = _whole_files(paths)
+        found.notes.append(f"cannot read the diff ({error}): each changed file counts as changed whole")
+        return found
+    found = Touches()
+    for path, (base_lines, head_lines) in sorted(lines.items()):
+        module = touched.module_of(path)
+        if module is None:
+            continue
+        units = []
+        for side, commit, changed in (("base", base, base_lines), ("head", head, head_lines)):
+            try:
+                units += touched.touches_in(_text_at(repo_root, commit, path), changed, module, path, side)
+            except (SyntaxError, ValueError, tokenize.TokenError) as error:
+                units.append(touched.whole_file(module, path, side))
+                found.notes.append(
+                    f"{path} does not parse at {side} ({type(error).__name__}): it counts as changed whole"
+                )
+        if units:
+            found.files.append(path)
+            found.touches += sorted(units, key=lambda t: t.side != "head")  # the head's lines first, then the base's
+    return found
+
+
+def _whole_files(paths: list[str]) -> Touches:
+    return Touches([touched.whole_file(touched.module_of(p) or "", p) for p in paths], list(paths))
+
+
+def _text_at(repo_root: Path, commit: str | None, path: str) -> str | None:
+    """The file at ``commit`` (None: the working tree); None where it does not exist."""
+    if commit is None:
+        file = repo_root / path
+        return file.read_text(encoding="utf-8", errors="replace") if file.is_file() else None
+    try:
+        return git(repo_root, "show", f"{commit}:{path}", strip=False)
+    except SelectionError:
+        return None
+
+
+def select_from_diff(root: Path, base: str, head: str | None, impact: ImpactMap | None = None) -> Selection:
+    return select_from_files(changed_files(root, base, head), find_checkout(root), "diff", (root, base, head), impact)
 
 
 def find_checkout(path: Path) -> Path | None:

@@ -5,7 +5,8 @@ Schema "hfexport-report" (``REPORT_SCHEMA_VERSION``) is the contract between ``c
 ``tool_error`` and ``not_checked`` statuses and the cell keys ``frame`` (where it broke) and ``disabled``
 (transformers internals the checkout lacks); version 3 the cell keys ``second_shape`` (the run at a second input
 shape) and ``cached`` (a result from the result cache); version 4 the export health: the cell keys ``metrics``,
-``base_metrics`` and ``health``, and the summary's ``health_regressions`` and ``health_improvements``.
+``base_metrics`` and ``health``, and the summary's ``health_regressions`` and ``health_improvements``; version 5 the
+cell key ``first_bad_commit`` (``check --bisect``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from typing import Any
 import hfexport
 
 from . import health
-from .cells import Cell
+from .cells import NOT_REGENERATED, Cell
 
 REPORT_SCHEMA = "hfexport-report"
-REPORT_SCHEMA_VERSION = 4
+REPORT_SCHEMA_VERSION = 5
 
 
 def utc_now() -> str:
@@ -153,6 +154,8 @@ class Report:
         self.cells.sort(key=lambda c: (c.model_type, c.model_class, c.backend))
         self.summary = summarize(self.cells)
         self.exit_code = exit_code(self.summary)
+        if self.exit_code == 0 and any(c.error_type == NOT_REGENERATED for c in self.cells):
+            self.exit_code = 1  # a changed modular file whose modeling file is stale: the change went unchecked
         return self
 
 

@@ -1,8 +1,9 @@
-"""``hfexport check`` end to end: selection -> jobs at head -> the failing ones again at base -> report.
+"""``hfexport check`` end to end: selection -> jobs at head -> again at base -> report.
 
-The base revision only costs time where it can change the verdict: a cell that passes at head is not run at base
-(unless fixes are asked for with ``report_fixed``); a cell that fails at head is run at base, in a checkout of the
-base commit of its own (a temporary directory), and is pre-existing when it fails there too.
+A cell that fails at head is run at base, in a checkout of the base commit of its own (a temporary directory), and is
+pre-existing when it fails there too. A cell that passes at head is run at base for its export health (``health.py``:
+its program against the base's, the two timed together; the result cache makes an unchanged base free), unless
+``--no-health``; then only ``report_fixed`` runs it there.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class CheckOptions:
     health_thresholds: health.Thresholds = field(default_factory=health.Thresholds)
     fail_on_health: bool = False  # a health regression fails the gate (exit code 1)
     record_impact: bool = False  # each result holds the transformers code its job ran (impact.py)
+    bisect: bool = False  # name each new failure's first bad commit of the range (bisect.py)
+    bisect_share: float = 0.3  # with bisect, the share of the budget kept for it (the head and base runs get the rest)
 
     def job_options(self) -> JobOptions:
         options = (self.jobs, self.timeout, self.memory_limit_gib, tuple(self.backends), self.engine)
@@ -422,7 +425,8 @@ def run_check(
     """Run the gate and return the finalized report (``exit_code`` 0 or 1); ``on_outcome(cell, result)`` sees each
     head result whole (``impact build`` takes its impact record)."""
     budget = options.budget_minutes
-    deadline = None if budget is None else time.monotonic() + budget * 60
+    end = None if budget is None else time.monotonic() + budget * 60
+    deadline = end if end is None or not options.bisect else end - budget * 60 * options.bisect_share
     if options.engine == "transformers":
         from .engine_transformers import transformers_exporters_present
 
@@ -485,6 +489,10 @@ def run_check(
             head_worker.close()
     if target.base is not None:
         _compare_with_base(target, options, pairs, echo, deadline, store and store.for_base())
+    if options.bisect:
+        from .bisect import bisect_new_failures  # it runs cells as this module does: imported once needed
+
+        bisect_new_failures(target, options, pairs, echo, end)
     if programs:
         programs.cleanup()
     result.cells = [cell for cell, _ in pairs]

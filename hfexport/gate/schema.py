@@ -24,8 +24,8 @@ from .cells import (
 from .report import REPORT_SCHEMA, Report, summarize
 
 # Older reports (1: no tool_error / not_checked, no frame / disabled; 2: no second_shape / cached / not_run;
-# 3: no export health) are still read.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+# 3: no export health; 4: no first_bad_commit) are still read.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 REGRESSIONS = ("new", "pre-existing", "fixed", None)
 SELECTION_MODES = ("diff", "files", "models", "all")
 
@@ -150,6 +150,7 @@ def _validate_cell(errors: list[str], where: str, cell: Any, version: int) -> No
         _check_text(errors, f"{where}.second_shape.detail", second.get("detail"), nullable=True)
     _check_type(errors, f"{where}.cached", cell.get("cached"), (bool,), nullable=True)
     _validate_health(errors, where, cell)
+    _validate_first_bad_commit(errors, where, cell.get("first_bad_commit"))
     if _check_type(errors, f"{where}.disabled", cell.get("disabled"), (dict,), nullable=True) and cell.get("disabled"):
         for name, feature in cell["disabled"].items():
             _check_text(errors, f"{where}.disabled[{_shown(name)}]", feature)
@@ -171,6 +172,24 @@ def _validate_health(errors: list[str], where: str, cell: dict[str, Any]) -> Non
                 _check_text(errors, f"{where}.health.{key}[{index}]", text, MAX_NAME)
     _check_type(errors, f"{where}.health.latency", found.get("latency"), (dict,), nullable=True)
     _check_text(errors, f"{where}.health.note", found.get("note"), nullable=True)
+
+
+def _validate_first_bad_commit(errors: list[str], where: str, found: Any) -> None:
+    """``check --bisect``'s answer: a full commit id (shown and linked: never free text), or a note saying why none."""
+    where = f"{where}.first_bad_commit"
+    if not (_check_type(errors, where, found, (dict,), nullable=True) and found):
+        return
+    sha = found.get("sha")
+    if sha is not None and not (isinstance(sha, str) and SHA.fullmatch(sha)):
+        errors.append(f"{where}.sha: expected a full commit SHA or null, got {_shown(sha)}")
+    if sha is None and not found.get("note"):
+        errors.append(f"{where}: no commit and no note saying why")
+    for key in ("subject", "note"):
+        _check_text(errors, f"{where}.{key}", found.get(key), nullable=True)
+    for key in ("pr", "runs"):
+        number = found.get(key)
+        if _check_type(errors, f"{where}.{key}", number, (int,), nullable=True) and number is not None and number < 0:
+            errors.append(f"{where}.{key}: expected a count or number of at least 0, got {number}")
 
 
 def validate_cell(cell: Any) -> list[str]:
@@ -229,7 +248,7 @@ def _validate_incomplete(errors: list[str], incomplete: Any) -> None:
 
 
 def validate_report(data: Any) -> list[str]:
-    """Every way ``data`` departs from its schema version (1 to 4) and its limits; an empty list means valid."""
+    """Every way ``data`` departs from its schema version (1 to 5) and its limits; an empty list means valid."""
     errors: list[str] = []
     if not _check_type(errors, "report", data, (dict,)):
         return errors
