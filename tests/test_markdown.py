@@ -223,7 +223,7 @@ def test_tool_errors_and_classes_not_checked_are_shown_apart():
     assert "tool error · stage 2 model patches" in terminal and "not checked" in terminal
     assert "(at hfexport/exporters/exporter_dynamo.py:262 in _is_walkable_object)" in terminal
     junit = gate_views.junit_xml(data)
-    assert 'type="hfexport tool error"' in junit and "not checked:" in junit
+    assert 'type="hfexport tool error"' in junit and 'message="not checked · eager: ValueError' in junit
     annotations = gate_views.github_annotations(data)
     assert [a.split(" ", 1)[0] for a in annotations] == ["::error", "::notice"]
 

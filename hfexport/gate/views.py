@@ -93,14 +93,14 @@ def junit_xml(report: Report) -> str:
             if cell.status == "skipped":
                 ET.SubElement(case, "skipped", message=cell.skip_reason or "")
             elif cell.status == "not_checked":
-                ET.SubElement(case, "skipped", message=f"not checked: {cell.label()}")
+                ET.SubElement(case, "skipped", message=cell.label())  # "not checked · eager: ..."
             elif cell.status == "not_run":
                 ET.SubElement(case, "skipped", message=cell.error or "not run")
             elif cell.status == "tool_error":
                 element = ET.SubElement(case, "error", message=cell.label(), type="hfexport tool error")
                 element.text = cell.label()
             elif cell.pre_existing:
-                ET.SubElement(case, "skipped", message=f"pre-existing: {cell.label()}")
+                ET.SubElement(case, "skipped", message=cell.label())  # "pre-existing fail · ..."
             elif cell.new_failure:
                 tag = "failure" if cell.status == "fail" else "error"
                 element = ET.SubElement(case, tag, message=cell.label(), type=cell.error_type or cell.status or "")
