@@ -128,6 +128,16 @@ class FakeGitHub:
             "base": {"sha": "b" * 40, "ref": "main", "repo": self._repo_json()},
         }
 
+    def _issue_json(self) -> dict[str, Any]:
+        return {
+            "id": 4,
+            "number": self.pr_number,
+            "state": "open",
+            "title": "hfexport: exports on main",
+            "url": f"{self.api_url}/repos/{self.repository}/issues/{self.pr_number}",
+            "html_url": f"https://github.example/{self.repository}/issues/{self.pr_number}",
+        }
+
     def _store_comment(self, login: str, body: str) -> dict[str, Any]:
         self._next_id += 1
         comment = {
@@ -165,6 +175,8 @@ class FakeGitHub:
             return 200, self._pull_json()
         if method == "GET" and path == issue_comments:
             return 200, self.comments
+        if method == "GET" and path == f"{repo}/issues/{self.pr_number}":  # PR number N is also a tracking issue N
+            return 200, self._issue_json()
         if method in ("POST", "PATCH") and not identity.can_write:
             return 403, {"message": "Resource not accessible by integration"}
         if method == "POST" and path == issue_comments:

@@ -290,7 +290,7 @@ def readme_workflows() -> list[dict[str, Any]]:
 
 def test_every_readme_workflow_serializes_runs_and_leaves_no_token_on_disk():
     workflows = readme_workflows()
-    assert len(workflows) == 5  # one job, fork check, fork comment, matrix, impact map
+    assert len(workflows) == 6  # one job, fork check, fork comment, matrix, impact map, exports on main
     for workflow in workflows:
         name = f"{workflow['name']} on {workflow[True]}"
         assert workflow.get("concurrency", {}).get("group"), f"{name}: overlapping runs can both post"

@@ -409,3 +409,21 @@ def test_the_posted_comment_links_the_broken_line_at_the_reports_head(github, tm
     # The server and repository come from the trusted environment; the commit is the report's head, checked above.
     link = f"https://github.example/acme/transformers/blob/{HEAD}/{frame['file']}#L63"
     assert f"[`{frame['file']}:63`]({link})" in body and "```python\nif x:\n```" in body
+
+
+def test_the_scheduled_run_edits_one_sticky_comment_on_its_tracking_issue(github, tmp_path):
+    # The scheduled run on main: no pull request in its event or its report; issue #7 tracks main.
+    env = environ(github, tmp_path, event={"schedule": "0 4 * * *"})
+    on_main = failing() | {"pr": {"number": None, "head_sha": None}}
+    github.add_comment("someone", f"{MARKER} quoted by a person")
+    first = comment(env, write(tmp_path, on_main), "--issue", "7")
+    assert first.exit_code == 0 and "created comment on issue #7" in first.output, first.output
+    second = comment(env, write(tmp_path, passing() | {"pr": {"number": None, "head_sha": None}}), "--issue", "7")
+    assert second.exit_code == 0 and "updated comment on issue #7" in second.output, second.output
+    ours = [c for c in github.comments if c["user"]["login"] == "export-bot"]
+    assert len(ours) == 1 and "every export passed" in ours[0]["body"]
+    assert [r.method for r in github.writes()] == ["POST", "PATCH"]
+    both = comment(env, write(tmp_path, on_main), "--issue", "7", "--pr", "7")
+    assert both.exit_code == 2 and "--issue and --pr" in both.output
+    missing = comment(env, write(tmp_path, on_main), "--issue", "8")
+    assert missing.exit_code == 2 and "issue #8" in missing.output and "Traceback" not in missing.output

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .cells import BACKENDS, NOT_A_RESULT, Cell
+from .cells import BACKENDS, NOT_A_RESULT, Cell, FirstBadCommit
 
 _DATA_DEPENDENT = re.compile(r"data-dependent expression (?P<expression>.+?)(?: \(|$)")
 _SPECIALIZED = re.compile(
@@ -48,6 +48,17 @@ class Cause:
         for cell in sorted(self.cells, key=lambda c: order.get(c.backend, len(order))):
             by_class.setdefault(cell.model_class, []).append(cell.backend)
         return "; ".join(f"{name} · {', '.join(backends)}" for name, backends in by_class.items())
+
+    def first_bad_commits(self) -> list[tuple[FirstBadCommit, str]]:
+        """``check --bisect``'s answers for its cells, each once, with the cells it is for ("" when it is for all)."""
+        found: dict[str, tuple[FirstBadCommit, list[str]]] = {}
+        for cell in self.cells:
+            if cell.first_bad_commit is not None:
+                entry = found.setdefault(cell.first_bad_commit.text(), (cell.first_bad_commit, []))
+                entry[1].append(f"{cell.model_class} · {cell.backend}")
+        if len(found) == 1 and len(next(iter(found.values()))[1]) == len(self.cells):
+            return [(next(iter(found.values()))[0], "")]
+        return [(answer, "; ".join(names)) for answer, names in found.values()]
 
 
 def _key(cell: Cell) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import health
 from .causes import Cause, group, hint, kind
-from .cells import Cell, disabled_features
+from .cells import Cell, FirstBadCommit, disabled_features
 from .report import Report, counted, counts_text
 from .shards import incomplete_note
 
@@ -326,10 +326,23 @@ def _cause_details(cause: Cause, number: int, links: Links, internals: bool) -> 
     advice = hint(cell, code=escape_inline)
     if advice:
         parts.append(f"**What to do:** {advice}")
+    parts += [_first_bad_commit(answer, cells_named, links) for answer, cells_named in cause.first_bad_commits()]
     parts.append(f"**Breaks {_plural(count, 'check')}:** {escape_inline(cause.broken, 1500)}")
     if internals:
         parts += _internal_items(cell)
     return "\n\n".join(parts) + "\n\n</details>"
+
+
+def _first_bad_commit(answer: FirstBadCommit, cells_named: str, links: Links) -> str:
+    """``check --bisect``'s line of a cause: the commit (linked where the repository is known), or why none."""
+    which = f" ({escape_inline(cells_named, 600)})" if cells_named else ""
+    if answer.sha is None:
+        return f"**First bad commit:** not found: {escape_inline(answer.note, 300)}{which}"
+    # The schema admits only a full hexadecimal SHA: safe in a code span and a URL as it is.
+    short = f"`{answer.sha[:7]}`"
+    short = f"[{short}]({links.repository}/commit/{answer.sha})" if links.repository else short
+    pr = f" (PR #{answer.pr})" if answer.pr else ""
+    return f"**First bad commit:** {short} {escape_inline(answer.subject or '', 200)}{pr}{which}"
 
 
 # The first cause sections a reviewer sees open; the rest are one click away.

@@ -57,6 +57,8 @@ def terminal_table(report: Report) -> str:
         advice = hint(cause.cell)
         if advice:
             lines.append(f"    what to do: {advice}")
+        for answer, cells_named in cause.first_bad_commits():
+            lines.append(f"    first bad commit: {answer.text()}" + (f" ({cells_named})" if cells_named else ""))
     for cell in cells:
         if cell.status == "skipped":
             lines.append(f"  {cell.model_class} · {cell.backend}: {cell.label()}")

@@ -312,7 +312,7 @@ def post_report(
     seconds before posting again: GitHub can store a comment and show it seconds after answering 502.
     """
     import requests
-    from github import Auth, Github, GithubException
+    from github import GithubException
 
     report_number, report_head = _report_pr(report)
     number = target.pr_number or report_number
@@ -326,17 +326,8 @@ def post_report(
         raise CommentError(
             f"the report is for commit {report_head[:12]}, the triggering run built {target.expected_head_sha[:12]}"
         )
-    repository = repository_url(target.server_url, target.repository)
-    body = render_markdown(report, max_chars=BODY_LIMIT, details_url=target.details_url, repository=repository)
-    # retry=None: PyGithub's own retry would repeat a POST whose comment may already exist; we retry whole steps.
-    github = Github(
-        auth=Auth.Token(target.token),
-        base_url=target.api_url,
-        retry=None,
-        timeout=timeout,
-        seconds_between_requests=request_interval,
-        seconds_between_writes=4 * request_interval,
-    )
+    body = _body(report, target)
+    github = _client(target, timeout, request_interval)
 
     def retrying(operation: Callable[[], T]) -> T:
         return with_retries(operation, attempts=attempts, backoff=backoff, sleep=sleep)
@@ -350,36 +341,106 @@ def post_report(
             return Outcome("skipped", f"not posting: {moved} (the run for the new head will post)")
         identity = identity_of(github, author, retrying)
         doing = f"commenting on {target.repository} PR #{number}"
-        unknown_write = False
-
-        def sticky() -> Any | None:
-            found = find_sticky(pull.get_issue_comments(), identity)
-            waited = 0.0
-            while found is None and unknown_write and waited < settle:
-                step = min(1.0, settle - waited)
-                sleep(step)
-                waited += step
-                found = find_sticky(pull.get_issue_comments(), identity)
-            return found
-
-        def upsert() -> Outcome:
-            nonlocal unknown_write
-            # Listing again on every attempt, and waiting for a write that may still show: never a second comment.
-            existing = sticky()
-            if existing is None:
-                try:
-                    created = pull.create_issue_comment(body)
-                except Exception as error:
-                    unknown_write = unknown_write or _ambiguous(error)
-                    raise
-                return Outcome("created", f"created comment on PR #{number}", created.html_url)
-            if existing.body == body:
-                return Outcome("unchanged", f"comment on PR #{number} already up to date", existing.html_url)
-            existing.edit(body)
-            return Outcome("updated", f"updated comment on PR #{number}", existing.html_url)
-
-        return retrying(upsert)
+        upsert = _sticky_upsert(pull.get_issue_comments, pull.create_issue_comment, body, identity, settle, sleep)
+        return retrying(lambda: upsert(f"PR #{number}"))
     except (GithubException, requests.RequestException) as error:
         raise _explain(error, target.token, doing) from None
     finally:
         github.close()
+
+
+def post_to_issue(
+    report: Report,
+    target: Target,
+    issue: int,
+    *,
+    author: str | None = None,
+    attempts: int = 5,
+    backoff: float = 2.0,
+    request_interval: float = 0.25,
+    timeout: int = 30,
+    settle: float = 15.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    """Create or edit the sticky comment for ``report`` on tracking issue ``issue`` (the scheduled run on main): the
+    PR comment's rule, one comment of the token's account that opens with the marker, edited in place."""
+    import requests
+    from github import GithubException
+
+    body = _body(report, target)
+    github = _client(target, timeout, request_interval)
+
+    def retrying(operation: Callable[[], T]) -> T:
+        return with_retries(operation, attempts=attempts, backoff=backoff, sleep=sleep)
+
+    doing = f"reading {target.repository} issue #{issue}"
+    try:
+        tracking = retrying(lambda: github.get_repo(target.repository).get_issue(issue))
+        identity = identity_of(github, author, retrying)
+        doing = f"commenting on {target.repository} issue #{issue}"
+        upsert = _sticky_upsert(tracking.get_comments, tracking.create_comment, body, identity, settle, sleep)
+        return retrying(lambda: upsert(f"issue #{issue}"))
+    except (GithubException, requests.RequestException) as error:
+        raise _explain(error, target.token, doing) from None
+    finally:
+        github.close()
+
+
+def _body(report: Report, target: Target) -> str:
+    repository = repository_url(target.server_url, target.repository)
+    return render_markdown(report, max_chars=BODY_LIMIT, details_url=target.details_url, repository=repository)
+
+
+def _client(target: Target, timeout: int, request_interval: float) -> Any:
+    from github import Auth, Github
+
+    # retry=None: PyGithub's own retry would repeat a POST whose comment may already exist; we retry whole steps.
+    return Github(
+        auth=Auth.Token(target.token),
+        base_url=target.api_url,
+        retry=None,
+        timeout=timeout,
+        seconds_between_requests=request_interval,
+        seconds_between_writes=4 * request_interval,
+    )
+
+
+def _sticky_upsert(
+    comments: Callable[[], Iterable[Any]],
+    create: Callable[[str], Any],
+    body: str,
+    identity: Identity,
+    settle: float,
+    sleep: Callable[[float], None],
+) -> Callable[[str], Outcome]:
+    """One attempt at the sticky comment of a thread (``comments`` lists it, ``create`` posts to it), named ``where``
+    in the outcome. Each attempt lists again, and after a write whose outcome is unknown (a 5xx, a dropped connection)
+    waits up to ``settle`` seconds for it to show: never a second comment."""
+    unknown_write = False
+
+    def sticky() -> Any | None:
+        found = find_sticky(comments(), identity)
+        waited = 0.0
+        while found is None and unknown_write and waited < settle:
+            step = min(1.0, settle - waited)
+            sleep(step)
+            waited += step
+            found = find_sticky(comments(), identity)
+        return found
+
+    def upsert(where: str) -> Outcome:
+        nonlocal unknown_write
+        existing = sticky()
+        if existing is None:
+            try:
+                created = create(body)
+            except Exception as error:
+                unknown_write = unknown_write or _ambiguous(error)
+                raise
+            return Outcome("created", f"created comment on {where}", created.html_url)
+        if existing.body == body:
+            return Outcome("unchanged", f"comment on {where} already up to date", existing.html_url)
+        existing.edit(body)
+        return Outcome("updated", f"updated comment on {where}", existing.html_url)
+
+    return upsert
