@@ -11,14 +11,18 @@ as the gate waits for it. Medians over the repeats are compared.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 from hfexport.gate.jobs import JobOptions, WorkerProcess
 
 
-def run_worker(names: list[str], backends: list[str], impact: bool) -> tuple[float, dict[str, tuple[float, int]]]:
-    """Seconds to start and warm a worker; per class, seconds for its job and how many units its record holds."""
+def run_worker(
+    names: list[str], backends: list[str], impact: bool
+) -> tuple[float, dict[str, tuple[float, int]], float]:
+    """Seconds to start and warm a worker; per class, seconds for its job and how many units its record holds; the
+    CPU seconds of the worker and all its jobs (what load from other processes barely changes)."""
     began = time.perf_counter()
     worker = WorkerProcess(None, JobOptions(backends=tuple(backends), impact=impact))
     try:
@@ -43,9 +47,10 @@ def run_worker(names: list[str], backends: list[str], impact: bool) -> tuple[flo
                 now = time.perf_counter()
                 done[name] = (now - last, done[name][1])
                 last = now
+        _, _, usage = os.wait4(worker.process.pid, 0)  # the worker exits once its jobs are done; they were its children
     finally:
         worker.close()
-    return started - began, done
+    return started - began, done, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -56,11 +61,13 @@ def main() -> None:
     options = parser.parse_args()
     names, backends = options.models.split(","), options.backends.split(",")
     starts: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
     jobs: dict[tuple[str, bool], list[float]] = {}
     for repeat in range(options.repeats):
         for impact in (False, True) if repeat % 2 == 0 else (True, False):
-            took, done = run_worker(names, backends, impact)
+            took, done, cpu_seconds = run_worker(names, backends, impact)
             starts[impact].append(took)
+            cpu[impact].append(cpu_seconds)
             for name, (seconds, units) in done.items():
                 jobs.setdefault((name, impact), []).append(seconds)
                 print(f"  {'recording' if impact else 'plain'} {name}: {seconds:.2f} s, {units} units", flush=True)
@@ -77,6 +84,9 @@ def main() -> None:
     start_off, start_on = statistics.median(starts[False]), statistics.median(starts[True])
     share = 100 * (start_on - start_off) / totals[0]  # against the jobs' median time
     print(f"worker start + warm: {start_off:.2f} s plain, {start_on:.2f} s recording ({share:+.1f}% of the jobs' time)")
+    cpu_off, cpu_on = statistics.median(cpu[False]), statistics.median(cpu[True])
+    cpu_share = 100 * (cpu_on / cpu_off - 1)
+    print(f"CPU of worker and jobs: {cpu_off:.2f} s plain, {cpu_on:.2f} s recording ({cpu_share:+.1f}%)")
 
 
 def _row(name: str, off: float, on: float, low_off: float, low_on: float) -> str:

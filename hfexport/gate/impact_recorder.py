@@ -1,11 +1,12 @@
 """Recording, in the gate worker, which transformers functions and methods a job executed (see ``impact.py``).
 
-Every function of the transformers modules the worker has imported gets one call inserted at its entry, before the
-jobs fork: ``executed.add(number)``, a builtin call on a set (SlipCover's bytecode editor inserts it). A forked child
-empties the set, runs its job and reads the numbers back. Tracers were measured and rejected: on Python 3.11 any
-tracer (``sys.setprofile``, ``sys.settrace``, coverage.py's C tracer, cProfile) slows a whole export 2x or more, as
-the interpreter runs every frame in its slow tracing mode while one is set; a builtin call per transformers function
-call costs next to nothing (``scripts/bench_impact_overhead.py`` measures it).
+Every function reachable from the transformers modules the worker has imported gets one call inserted at its entry,
+before the jobs fork: ``__hfexport_executed__(number)``, which adds the function's number to a set (SlipCover's
+bytecode editor inserts it). A forked child empties the set, runs its job and reads the numbers back. Tracers were
+measured and rejected: on Python 3.11 any tracer slows an export 2x or more (LlamaForCausalLM on dynamo and ONNX:
+cProfile +109 %, coverage.py's C tracer +114 %, ``sys.setprofile`` +293 %, ``sys.settrace`` +338 %), as the
+interpreter runs every frame in its slow tracing mode while one is set; a call per transformers function call costs
+next to nothing (``scripts/bench_impact_overhead.py`` measures it).
 
 Lambdas and comprehensions count as the function around them. A module the job itself imports (lazily, mid-export) is
 not instrumented: the record lists it among the job's modules, so module-level selection still sees it.
