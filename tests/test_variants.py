@@ -3,6 +3,7 @@ reason when the builder cannot make one, checked by the gate and swept into docs
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import torch
 from support import load_script
 
+from hfexport.exporters import AutoExportConfig, AutoHfExporter
 from hfexport.gate import report, views
 from hfexport.gate.cells import Cell
 from hfexport.tiny_models import config_variants, resolve_model_class, sample_inputs, tiny_model
@@ -96,3 +98,49 @@ def test_render_puts_variants_in_their_own_table_with_the_unmade_ones(tmp_path: 
     assert "| onnx | 1 | **1** | **1** |" in text  # the main totals count the plain class only
     assert "- Phi3ForCausalLM@rope_linear: ValueError: type field must be one of ['longrope'], got 'linear'" in text
     assert "FalconForCausalLM@alibi" in (tmp_path / "coverage.json").read_text()
+
+
+# ── Sub-module classes a modeling file defines and the gate selects ──
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "config_class"),
+    [
+        ("transformers.models.t5gemma.modeling_t5gemma", "T5GemmaDecoder", "T5GemmaModuleConfig"),
+        ("transformers.models.t5gemma2.modeling_t5gemma2", "T5Gemma2Decoder", "T5Gemma2DecoderConfig"),
+    ],
+)
+def test_a_decoder_builds_from_the_sub_config_its_parent_hands_it(module: str, name: str, config_class: str) -> None:
+    # T5GemmaDecoder's config_class is the composite T5GemmaConfig ("no attribute 'hidden_size'"); the parent builds
+    # it as T5GemmaDecoder(config.decoder). It cross-attends: it is given encoder states.
+    model = tiny_model(getattr(importlib.import_module(module), name))
+    assert type(model.config).__name__ == config_class
+    inputs = sample_inputs(model)
+    assert inputs["encoder_hidden_states"].shape == (2, 7, model.config.hidden_size)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape == (2, 7, model.config.hidden_size)
+
+
+def test_a_multiple_choice_head_scores_a_choices_dimension() -> None:
+    model = tiny_model("BertForMultipleChoice")
+    inputs = sample_inputs(model)
+    assert {name: tuple(value.shape) for name, value in inputs.items()} == {
+        "input_ids": (2, 2, 7),
+        "attention_mask": (2, 2, 7),
+    }
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert logits.shape == (2, 2) and not torch.equal(logits[:, 0], logits[:, 1])
+
+
+@pytest.mark.parametrize("name", ["BertForMultipleChoice", "T5GemmaDecoder"])
+def test_sub_module_classes_export_and_match_eager_at_two_shapes(name: str) -> None:
+    from transformers.models.t5gemma.modeling_t5gemma import T5GemmaDecoder
+
+    model = tiny_model(T5GemmaDecoder if name == "T5GemmaDecoder" else name)
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exported = AutoHfExporter.from_config(config).export(model, sample_inputs(model), config)
+    for inputs in (sample_inputs(model, seed=1), sample_inputs(model, seed=1, batch_size=3, seq_length=11)):
+        with torch.no_grad():
+            expected = model(**inputs)[0]
+        assert float((exported(**inputs)[0] - expected).abs().max()) < 1e-5

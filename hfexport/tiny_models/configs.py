@@ -11,6 +11,7 @@ import functools
 import importlib
 import inspect
 import logging
+import re
 import sys
 import unittest
 from collections.abc import Iterator
@@ -458,6 +459,19 @@ def tiny_config(
         config = _build_tiny_config(model_class, overrides or {})
     elif overrides:
         config = _with_overrides(config, overrides)
+    config = handed_sub_config(model_class, config)
     _complete_config(config)
     config._attn_implementation = _attn_implementation(model_class)
     return config
+
+
+def handed_sub_config(model_class: type[PreTrainedModel], config: PretrainedConfig) -> PretrainedConfig:
+    """The sub-config the parent model hands a sub-module class (``T5GemmaDecoder(config.decoder)`` in its modeling
+    file), whose ``config_class`` names the parent's composite config; else ``config`` itself."""
+    try:
+        source = inspect.getsource(sys.modules[model_class.__module__])
+    except (KeyError, OSError, TypeError):
+        return config
+    handed = re.search(rf"\b{model_class.__name__}\(\s*config\.(\w+)", source)
+    sub_config = getattr(config, handed.group(1), None) if handed else None
+    return sub_config if isinstance(sub_config, PretrainedConfig) and type(sub_config) is not type(config) else config

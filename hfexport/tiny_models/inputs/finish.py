@@ -142,3 +142,11 @@ def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
     decoder = r.config.get_text_config(decoder=True)
     shape = (r.batch_size, r.seq_length, getattr(decoder, codebooks))
     return {"decoder_input_ids": token_ids(decoder, shape, r.generator)}
+
+
+@builds(Stage.FINISH, when=lambda r: type(r.model).__name__.endswith("ForMultipleChoice"))
+def _choices_dimension(r: Request) -> dict[str, torch.Tensor]:
+    # Multiple-choice heads read (batch, choices, sequence) text inputs ("shape '[-1, 7]' is invalid" on 2D ones):
+    # each sample's text and its reverse as the two candidates, so the choices' scores differ.
+    texts = {name: value for name, value in r.inputs.items() if value.shape[:2] == (r.batch_size, r.seq_length)}
+    return {name: torch.stack([value, value.flip(1)], dim=1) for name, value in texts.items()}

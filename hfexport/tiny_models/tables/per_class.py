@@ -13,6 +13,8 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     # which the cross-attention reads as its query/key width: one head divides any width.
     "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
     "PerceiverForImageClassificationConvProcessing": {"num_cross_attention_heads": 1},
+    # Built alone, its decoder config lacks the dropout rate that T5Gemma2Config sets on its sub-configs.
+    "T5Gemma2Decoder": {"dropout_rate": 0.0},
 }
 
 # ── Classes no tiny model stands in for ──

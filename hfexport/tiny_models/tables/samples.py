@@ -48,6 +48,9 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     "idefics": ("image_attention_mask",),
     # Either waveforms or clips may be left out, but the encoder cannot run without its video.
     "pe_audio_video_encoder": ("pixel_values_videos",),
+    # Decoders of encoder-decoder models, built alone (sub-module classes the gate selects): they cross-attend.
+    "t5_gemma_module": ("encoder_hidden_states",),
+    "t5gemma2_decoder": ("encoder_hidden_states",),
 }
 # Model class -> inputs it reads as (batch, sequence, width) states, having no pre-net to embed them.
 EMBEDDED_INPUTS = {"SpeechT5Model": ("input_values", "decoder_input_values"), "PerceiverModel": ("inputs",)}
