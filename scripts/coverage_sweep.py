@@ -158,19 +158,24 @@ def run_sweep(
     jobs: int = 1,
     timeout: float = 600.0,
     echo: Any = print,
+    generation: bool = False,
 ) -> list[Path]:
-    """Run the gate's check on ``names`` once per engine; write and return one report file per engine."""
+    """Run the gate's check on ``names`` once per engine; write and return one report file per engine.
+
+    ``generation``: run the gate's greedy generation parts on decoder LMs too (the document's generation column).
+    """
     results.mkdir(parents=True, exist_ok=True)
     written = []
     for engine in engines:
         selection = changes.Selection(mode="models", names=list(names), reason=f"coverage sweep ({label})")
         options = CheckOptions(
-            backends=list(backends), jobs=jobs, timeout=timeout, engine=engine, generation=False, shard=shard
+            backends=list(backends), jobs=jobs, timeout=timeout, engine=engine, generation=generation, shard=shard
         )
         echo(f"── {ENGINE_TITLES[engine]} · {','.join(backends)} · {label} · shard {shard[0]}/{shard[1]}")
         started = time.time()
         result = run_check(Target(selection, checkout=None), options, echo=echo)
-        result.extra["sweep"] = {"set": label, "seconds": round(time.time() - started, 1), "argv": sys.argv[1:]}
+        seconds = round(time.time() - started, 1)
+        result.extra["sweep"] = {"set": label, "seconds": seconds, "argv": sys.argv[1:], "generation": generation}
         if label == "variants":  # what the set leaves out, and why: the document lists them
             result.extra["sweep"]["unmade"] = {
                 f"{model_class}{VARIANT_SEPARATOR}{v.name}": v.unmade for model_class, v in variants() if v.unmade
@@ -200,6 +205,7 @@ _CELL_KEYS = (
     "error_type",
     "error",
     "max_abs_diff",
+    "generation",
 )
 # When the gate started running every export at a second shape (commit df80b46).
 SECOND_SHAPE_SINCE = "2026-12-01T04:27:53Z"
@@ -250,6 +256,8 @@ def _record_text(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]], u
         kept = {k: cell[k] for k in (*_CELL_KEYS, "created_at") if cell.get(k) is not None}
         if "error" in kept:
             kept["error"] = kept["error"][:_STORED_ERROR_CHARS]
+        if kept.get("generation", {}).get("detail"):
+            kept["generation"] = {**kept["generation"], "detail": kept["generation"]["detail"][:_STORED_ERROR_CHARS]}
         timings = cell.get("timings") or {}
         export = timings.get("export")
         if export is not None:  # an ONNX cell that lowered dynamo's trace: its export counts that trace too
@@ -523,6 +531,14 @@ def _totals_section(cells: dict[Key, dict[str, Any]]) -> list[str]:
             f"| {len(ours - theirs)} | {len(theirs - ours)} | {' / '.join(medians)} |"
         )
     lines += ["", *differences]
+    ran = [cell for (engine, _, _), cell in cells.items() if engine == "hfexport" and cell.get("generation")]
+    passed = sum(cell["generation"]["status"] == "pass" for cell in ran)
+    lines += [
+        "",
+        f"Generation (the gate's greedy generation of decoder LMs; the backend tables' last column): {len(ran)}",
+        f"hfexport cells ran it, {passed} passed. A cell swept without `--generation` says `not run`: its pass is the",
+        "export's alone.",
+    ]
     lines += [
         "",
         "hfexport alone, over every class it ran on a backend whose tiny model builds and runs eagerly (classes the",
@@ -612,16 +628,26 @@ def _backend_section(cells: dict[Key, dict[str, Any]], backend: str) -> list[str
     lines = [
         f"## {backend}",
         "",
-        "| model type | class | hfexport | transformers.exporters | max abs diff (hf / tr) | export s (hf / tr) |",
-        "|---|---|---|---|---|---|",
+        "| model type | class | hfexport | transformers.exporters | max abs diff (hf / tr) | export s (hf / tr) "
+        "| generation (hfexport) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for model_class in sorted(compared, key=lambda c: (cells[("hfexport", c, backend)]["model_type"], c)):
         ours, theirs = cells[("hfexport", model_class, backend)], cells[("transformers", model_class, backend)]
         lines.append(
             f"| {ours['model_type']} | {model_class} | {_result(ours)} | {_result(theirs)} "
-            f"| {_diff(ours)} / {_diff(theirs)} | {_seconds(ours)} / {_seconds(theirs)} |"
+            f"| {_diff(ours)} / {_diff(theirs)} | {_seconds(ours)} / {_seconds(theirs)} | {_generation(ours)} |"
         )
     return [*lines, ""]
+
+
+def _generation(cell: dict[str, Any]) -> str:
+    """A decoder LM's greedy generation part, as the gate ran it; "not run" where the sweep left it out."""
+    part = cell.get("generation")
+    if part is None:
+        return "not run"
+    detail = (part.get("detail") or "").replace("|", "/").replace("\n", " ").replace("`", "'")
+    return part["status"] if part["status"] in ("pass", "skipped") or not detail else f"{part['status']}: {detail[:80]}"
 
 
 # ── Command line ──
@@ -658,6 +684,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--shard", type=_shard, default=(1, 1), help="K/N: the K-th of N deterministic shares")
     run.add_argument("-j", "--jobs", type=int, default=1, help="jobs in parallel per gate run")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds per cell")
+    run.add_argument(
+        "--generation", action="store_true", help="also run the gate's greedy generation on decoder LMs (a column)"
+    )
     for command in (run, commands.add_parser("render", help="write the document from the results")):
         command.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="where the reports go")
         command.add_argument("--doc", type=Path, default=DEFAULT_DOC)
@@ -669,7 +698,15 @@ def main(argv: list[str] | None = None) -> int:
             names = classes_in_shard(names, args.backends, args.shard)
         try:
             run_sweep(
-                names, args.backends, args.engines, args.results, _set_label(args), args.shard, args.jobs, args.timeout
+                names,
+                args.backends,
+                args.engines,
+                args.results,
+                _set_label(args),
+                args.shard,
+                args.jobs,
+                args.timeout,
+                generation=args.generation,
             )
         except GateError as error:
             print(f"error: {error}", file=sys.stderr)

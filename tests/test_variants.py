@@ -14,7 +14,7 @@ from support import load_script
 
 from hfexport.exporters import AutoExportConfig, AutoHfExporter
 from hfexport.gate import report, views
-from hfexport.gate.cells import Cell
+from hfexport.gate.cells import Cell, Generation
 from hfexport.tiny_models import config_variants, resolve_model_class, sample_inputs, tiny_model
 from hfexport.tiny_models.variants import UnknownVariantError
 
@@ -144,3 +144,23 @@ def test_sub_module_classes_export_and_match_eager_at_two_shapes(name: str) -> N
         with torch.no_grad():
             expected = model(**inputs)[0]
         assert float((exported(**inputs)[0] - expected).abs().max()) < 1e-5
+
+
+def test_render_shows_generation_as_its_own_column(tmp_path: Path) -> None:
+    # A sweep run with --generation records each decoder LM's generation; one without it says "not run".
+    sweep = load_script("coverage_sweep")
+    results = tmp_path / "results"
+    results.mkdir()
+    for stamp, engine in (("20260101T000000", "hfexport"), ("20260101T000001", "transformers")):
+        data = report.new_report(engine, ["dynamo"], {"mode": "models"}, {}, (1, 1), None)
+        data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run"], "generation": engine == "hfexport"}
+        generated = Cell("falcon_h1", "FalconH1ForCausalLM", "dynamo", status="pass", timings={"export": 1.0})
+        if engine == "hfexport":
+            generated.generation = Generation("fail", "ValueError: Cannot get conv state for non linear attention")
+        data.cells = [generated, Cell("bert", "BertForMaskedLM", "dynamo", status="pass", timings={"export": 1.0})]
+        (results / f"{stamp}-{engine}.json").write_text(views.to_json(data.finalize()))
+    text = sweep.render(results, tmp_path / "coverage.md", tmp_path / "coverage.json")
+    assert "| FalconH1ForCausalLM | pass | pass | — / — | 1.0 / 1.0 | fail: ValueError: Cannot get conv state" in text
+    assert "| BertForMaskedLM | pass | pass | — / — | 1.0 / 1.0 | not run |" in text
+    assert "1 hfexport cells ran it, 0 passed" in " ".join(text.split())
+    assert '"generation": {"status": "fail"' in (tmp_path / "coverage.json").read_text()
