@@ -9,7 +9,6 @@ summary line are always kept. Rendering is linear in the report: each piece is r
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections import Counter
@@ -117,8 +116,8 @@ def line_url(repository: str | None, sha: str | None, path: str | None, line: in
     return f"{repository}/blob/{sha}/{path}#L{line}"
 
 
-def _diff(value: Any) -> str:
-    return f"{value:.1e}" if isinstance(value, int | float) and not isinstance(value, bool) else "n/a"
+def _diff(value: float | None) -> str:
+    return f"{value:.1e}" if value is not None else "n/a"
 
 
 def _icon(cell: Cell) -> str:
@@ -410,10 +409,9 @@ def _timing_details(cells: list[Cell], backends: list[str]) -> str | None:
     for cell in cells:
         if cell.cached:
             continue  # its time was spent in an earlier run
-        for step, seconds in (cell.timings or {}).items():
-            if isinstance(seconds, int | float) and not isinstance(seconds, bool) and math.isfinite(seconds):
-                row = totals.setdefault(str(step), {})
-                row[cell.backend] = row.get(cell.backend, 0.0) + seconds
+        for step, seconds in cell.timings.items():  # finite numbers: what the worker timed, or the schema checked
+            row = totals.setdefault(step, {})
+            row[cell.backend] = row.get(cell.backend, 0.0) + seconds
     if not totals:
         return None
     # The 40 steps that took longest (a report can name any number of them), then in reading order.
