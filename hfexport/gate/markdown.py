@@ -230,8 +230,8 @@ def _not_results_line(cells: list[Cell]) -> str:
         found = [c.model_type for c in cells if c.status == status]
         if found:
             by_type = Counter(found)
-            counted = by_type.most_common(8)
-            names = ", ".join(f"{name} ×{count}" if count > 1 else name for name, count in counted)  # noqa: RUF001
+            commonest = by_type.most_common(8)
+            names = ", ".join(f"{name} ×{count}" if count > 1 else name for name, count in commonest)  # noqa: RUF001
             more = f" and {len(by_type) - 8} more types" if len(by_type) > 8 else ""
             parts.append(f"{len(found)} {words} ({escape_inline(names, 400)}{more})")
     not_run = next((c for c in cells if c.status == "not_run"), None)
