@@ -57,6 +57,10 @@ def test_a_variant_name_builds_its_class_at_the_variant_config() -> None:
     with torch.no_grad():  # the window masks part of the sequence: other logits, same weights
         assert not torch.allclose(model(**inputs).logits, default(**inputs).logits)
     assert tiny_model("FalconForCausalLM@alibi").config.alibi is True
+    # gpt_neox rotates a quarter of its tiny head: 2 dims, where NTK divides by dim - 2. The variant rotates half.
+    neox = tiny_model("GPTNeoXForCausalLM@rope_dynamic")
+    with torch.no_grad():
+        assert neox(**sample_inputs(neox, seq_length=11)).logits.isfinite().all()
 
 
 def test_gate_checks_a_variant_by_name(tmp_path: Path) -> None:

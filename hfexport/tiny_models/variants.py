@@ -66,6 +66,12 @@ def _rotary_half(config: PretrainedConfig) -> int:
     return int(head_dim * (factor or 1.0)) // 2
 
 
+def _ntk_wide(config: PretrainedConfig) -> Overrides:
+    """NTK scaling raises the base to dim / (dim - 2): a rotary dim of 2 (gpt_neox's quarter of a tiny head) divides by
+    zero, so such a config rotates half its head instead."""
+    return {"partial_rotary_factor": 0.5} if _rotary_half(config) < 2 else {}
+
+
 def _rope_variants(config: PretrainedConfig) -> dict[str, Overrides]:
     if not getattr(config, "rope_parameters", None):
         return {}
@@ -73,7 +79,7 @@ def _rope_variants(config: PretrainedConfig) -> dict[str, Overrides]:
     half = _rotary_half(config)
     return {
         "rope_linear": _rope(config, rope_type="linear", factor=2.0),
-        "rope_dynamic": {**_rope(config, rope_type="dynamic", factor=2.0), **short_context},
+        "rope_dynamic": {**_rope(config, rope_type="dynamic", factor=2.0, **_ntk_wide(config)), **short_context},
         "rope_yarn": _rope(config, rope_type="yarn", factor=4.0, original_max_position_embeddings=SHORT_CONTEXT),
         "rope_llama3": _rope(
             config,
