@@ -167,11 +167,15 @@ def test_metrics_missing_negative_or_not_finite_render_without_them_and_say_so(b
     cell = _cell("onnx", nodes=655)
     cell.health = Health(regressions=["400 → 655 nodes (+64 %)"], improvements=[])
     cell.metrics.nodes = bad
-    report = _report([cell])
+    unusable_base = _cell("dynamo")
+    unusable_base.health = Health(regressions=["400 → 655 nodes (+64 %)"], improvements=[])
+    unusable_base.base_metrics.bytes = bad if bad is not None else -1
+    report = _report([cell, unusable_base])
     assert report.summary["health_regressions"] == []
     markdown = render_markdown(report)
     assert "655 nodes" not in markdown
-    assert "metrics missing or invalid, shown without them: LlamaForCausalLM · onnx" in markdown
+    shown = "metrics missing or invalid, shown without them: LlamaForCausalLM · dynamo, LlamaForCausalLM · onnx"
+    assert shown in markdown
     data = report.as_dict()  # as a report file holds it (JSON reads 1e400 as inf)
     assert schema.validate_report(data) == []
     assert "metrics missing or invalid" in render_markdown(Report.from_dict(data))

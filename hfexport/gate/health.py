@@ -217,7 +217,11 @@ def summary_entries(cells: list[Cell]) -> dict[str, list[dict[str, str]]]:
 
 def _compared(cells: list[Cell]) -> list[Cell]:
     """Passing cells with a health record whose metrics are usable: what the report may show."""
-    return [c for c in cells if c.status == "pass" and c.health is not None and usable(c.metrics)]
+    return [c for c in cells if c.status == "pass" and c.health is not None and _both_usable(c)]
+
+
+def _both_usable(cell: Cell) -> bool:
+    return usable(cell.metrics) and (cell.base_metrics is None or usable(cell.base_metrics))
 
 
 def section(cells: list[Cell], escape: Callable[[Any], str]) -> str | None:
@@ -232,7 +236,8 @@ def section(cells: list[Cell], escape: Callable[[Any], str]) -> str | None:
                 )
     if len(moved) > SECTION_LINES:
         lines.append(f"- and {len(moved) - SECTION_LINES} more (report.json: summary.health_regressions)")
-    unusable = [c for c in cells if c.status == "pass" and c.metrics is not None and not usable(c.metrics)]
+    measured = [c for c in cells if c.status == "pass" and (c.metrics or c.base_metrics) is not None]
+    unusable = [c for c in measured if not _both_usable(c)]
     if unusable:
         names = ", ".join(f"{c.model_class} · {c.backend}" for c in unusable[:5])
         more = f" and {len(unusable) - 5} more" if len(unusable) > 5 else ""

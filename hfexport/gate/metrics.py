@@ -175,7 +175,9 @@ def paired_latency(base: Any, base_inputs: dict[str, Any], head_folder: Path) ->
     }
 
 
-def measure(folder: Path, loaded: Any, inputs: dict[str, Any], backend: str, plan: dict[str, str] | None) -> dict:
+def measure(
+    folder: Path, loaded: Any, inputs: dict[str, Any], backend: str, plan: dict[str, str] | None
+) -> dict[str, Any]:
     """A passing cell's ``metrics``; with the run's ``plan`` (``health.ProgramStore.job_fields``) its program kept for
     the base run (``keep``), or timed against the head's kept program (``compare``: ``paired_latency``)."""
     found: dict[str, Any] = {"metrics": program_metrics(folder, loaded, inputs)}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import changes, health, report, views
+from .bisect import Range, bisect_new_failures
 from .cache import ResultCache
 from .cache import environment as cache_environment
 from .cells import BACKENDS, FAILURE_STATUSES, NOT_REGENERATED, SHARED_TRACE_BACKENDS, Cell, Frame, in_shard
@@ -489,10 +490,13 @@ def run_check(
             head_worker.close()
     if target.base is not None:
         _compare_with_base(target, options, pairs, echo, deadline, store and store.for_base())
-    if options.bisect:
-        from .bisect import bisect_new_failures  # it runs cells as this module does: imported once needed
+    if options.bisect and target.repo_root is not None and target.base is not None:
+        checked = Range(target.repo_root, target.base, target.head_sha, target.head is None, target.checkout)
 
-        bisect_new_failures(target, options, pairs, echo, end)
+        def run_at(cell: Cell, selected: changes.SelectedClass, commit: str | None, until: float | None) -> dict | None:
+            return run_one_cell_at(target, options, cell, selected, commit, until)
+
+        bisect_new_failures(checked, pairs, run_at, echo, end)
     if programs:
         programs.cleanup()
     result.cells = [cell for cell, _ in pairs]
@@ -500,6 +504,27 @@ def run_check(
     if options.fail_on_health and result.summary["health_regressions"] and result.exit_code == 0:
         result.exit_code = 1
     return result
+
+
+def run_one_cell_at(
+    target: Target,
+    options: CheckOptions,
+    cell: Cell,
+    selected: changes.SelectedClass,
+    commit: str | None,
+    deadline: float | None,
+) -> dict[str, Any] | None:
+    """``cell``'s result with the code of ``commit`` (None: the working tree), an isolated job as every cell's, or
+    from the result cache; None when the deadline left it unstarted. ``cell`` itself is left as it is."""
+    outcomes: list[dict[str, Any]] = []
+    with _code_at(target, commit) as code:
+        worker = _LazyWorker(code, options)
+        try:
+            probe = Cell(cell.model_type, cell.model_class, cell.backend)
+            _run_cells(worker, [(probe, selected)], options, lambda _, outcome: outcomes.append(outcome), deadline)
+        finally:
+            worker.close()
+    return outcomes[0] if outcomes else None
 
 
 def _transformers_record(code: Path | None) -> dict[str, Any]:
