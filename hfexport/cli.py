@@ -323,7 +323,7 @@ def comment(
       GH_TOKEN=... hfexport comment report.json --repo huggingface/transformers --pr 123
     """
     from .gate.schema import ReportError, load_report
-    from .github.comment import CommentError, post_report, post_to_issue, resolve_target
+    from .github.comment import CommentError, post_report, resolve_target
 
     if issue is not None and pr_number is not None:
         _fail("--issue and --pr name two places to post: pass one")
@@ -337,11 +337,16 @@ def comment(
             head_sha=head_sha,
             details_url=details_url,
         )
-        retrying = {"attempts": retries, "backoff": backoff, "request_interval": request_interval}
-        if issue is not None:
-            outcome = post_to_issue(load_report(report), target, issue, author=author, settle=write_settle, **retrying)
-        else:
-            outcome = post_report(load_report(report), target, author=author, settle=write_settle, **retrying)
+        outcome = post_report(
+            load_report(report),
+            target,
+            issue=issue,
+            author=author,
+            attempts=retries,
+            backoff=backoff,
+            request_interval=request_interval,
+            settle=write_settle,
+        )
     except (CommentError, ReportError) as error:
         _fail(error)
     _say(f"{outcome.message}: {outcome.url}" if outcome.url else outcome.message)
@@ -419,7 +424,8 @@ def _health_thresholds(_ctx: click.Context, _param: click.Parameter, value: str)
     default="",
     callback=_health_thresholds,
     metavar="NAME=VALUE,...",
-    help="Report past: nodes=10 and bytes=10 (percent), latency=1.25 (ratio) beyond latency-floor-ms=0.05.",
+    help="Report past: nodes=10 and bytes=10 (percent; one operator kind: by op-min-nodes=2 too), latency=1.25 "
+    "(ratio) beyond latency-floor-ms=0.05.",
 )
 @click.option("--fail-on-health", is_flag=True, help="Exit 1 on a health regression (default: a warning only).")
 @click.option(

@@ -20,10 +20,10 @@ from test_gate import DATA_DEPENDENT
 
 from hfexport.cli import main
 from hfexport.gate import changes, schema
-from hfexport.gate.bisect import bisect_new_failures
+from hfexport.gate.bisect import Range, RunAt, bisect_new_failures
 from hfexport.gate.cells import Cell, FirstBadCommit
 from hfexport.gate.report import Report, new_report
-from hfexport.gate.run import CheckOptions, Target
+from hfexport.gate.run import CheckOptions, Target, run_one_cell_at
 from hfexport.gate.views import terminal_table
 
 NO_OP = "_unused_{} = 0\n"  # a module-level line of code that changes no model
@@ -103,16 +103,18 @@ def test_bad_input_is_one_line_and_exit_2(
     assert len(output.strip().splitlines()) <= 4  # click's usage lines for a bad option value, else one line
 
 
-def _failing_cell(target: Target) -> tuple[list[tuple[Cell, changes.SelectedClass]], Cell]:
+def _bisected(repo: Path, base: str, head: str, deadline: float | None = None) -> Cell:
+    """Bisect one new failure of ``base..head`` with the gate's own step runner; each case here stops before a step
+    would run a cell."""
     cell = Cell("llama", "LlamaForCausalLM", "dynamo", status="fail", regression="new", error="x", error_type="E")
     selected = changes.SelectedClass("llama", "LlamaForCausalLM", LLAMA, 1, "transformers.models.llama.modeling_llama")
-    return [(cell, selected)], cell
+    target = Target(changes.Selection("models"), repo, repo, base, None, head)
+    options = CheckOptions(backends=["dynamo"], cache_dir=None)
 
+    def run_at(cell: Cell, selected: changes.SelectedClass, commit: str | None, until: float | None) -> dict | None:
+        return run_one_cell_at(target, options, cell, selected, commit, until)
 
-def _bisected(target: Target, deadline: float | None = None) -> Cell:
-    """Bisect one new failure of ``target`` (no cell runs: each case stops before one would start)."""
-    pairs, cell = _failing_cell(target)
-    bisect_new_failures(target, CheckOptions(backends=["dynamo"]), pairs, lambda _: None, deadline)
+    bisect_new_failures(Range(repo, base, head, True, repo), [(cell, selected)], run_at, lambda _: None, deadline)
     assert cell.first_bad_commit is not None and cell.first_bad_commit.sha is None
     return cell
 
@@ -120,17 +122,15 @@ def _bisected(target: Target, deadline: float | None = None) -> Cell:
 def test_a_search_it_cannot_finish_says_why_and_names_no_commit(repo: Path, tmp_path: Path) -> None:
     base = git(repo, "rev-parse", "HEAD")
     commits = _four_commits(repo)
-    target = Target(changes.Selection("models"), repo, repo, base, None, commits[-1])
     # The budget ran out before the first step: the answer is somewhere in the whole range.
-    note = _bisected(target, deadline=time.monotonic() - 1).first_bad_commit.note
+    note = _bisected(repo, base, commits[-1], deadline=time.monotonic() - 1).first_bad_commit.note
     assert note == f"the bisect budget ran out; it is one of 4 commits, {commits[0][:12]} to {commits[3][:12]}"
 
     # The class does not exist at the commit the search would check.
     gone = commit(repo, {LLAMA: llama_source(1).replace("class LlamaForCausalLM", "class LlamaCausalLM")}, "rename")
     _commit_no_op(repo, 5)
     later = _commit_no_op(repo, 6)
-    target = Target(changes.Selection("models"), repo, repo, commits[-1], None, later)
-    note = _bisected(target).first_bad_commit.note
+    note = _bisected(repo, commits[-1], later).first_bad_commit.note
     assert note == f"LlamaForCausalLM does not exist at {gone[:12]} ({LLAMA}); it is one of 3 commits, " + (
         f"{gone[:12]} to {later[:12]}"
     )
@@ -140,9 +140,40 @@ def test_a_search_it_cannot_finish_says_why_and_names_no_commit(repo: Path, tmp_
     clone = tmp_path / "shallow"
     shallow = ["git", "clone", "-q", "--no-single-branch", "--depth", "2", f"file://{repo}", str(clone)]
     subprocess.run(shallow, check=True)
-    target = Target(changes.Selection("models"), clone, clone, commits[-1], None, later)
-    note = _bisected(target).first_bad_commit.note
+    note = _bisected(clone, commits[-1], later).first_bad_commit.note
     assert "parent is missing (a shallow clone? fetch the range whole)" in note, note
+
+
+def test_sixteen_commits_take_four_steps_and_another_kind_of_failure_stops_the_search(repo: Path) -> None:
+    """The search itself, over a real 16-commit range; each step's cell run is stood in for by reading the commit's
+    file (fails where the data-dependent branch is), so the test counts steps, not exports."""
+    base = git(repo, "rev-parse", "HEAD")
+    commits = []
+    for number in range(1, 17):
+        source = (repo / LLAMA).read_text()
+        source = source.replace(*DATA_DEPENDENT) if number == 11 else source + NO_OP.format(number)
+        commits.append(commit(repo, {LLAMA: source}, f"commit {number}"))
+    steps: list[str | None] = []
+
+    def reading(status_there: str) -> RunAt:
+        def run_at(cell: Cell, selected: changes.SelectedClass, at: str | None, until: float | None) -> dict:
+            steps.append(at)
+            broken = "1e30" in git(repo, "show", f"{at}:{LLAMA}")
+            return {"status": status_there if broken else "pass", "error": "boom", "cached": len(steps) == 1}
+
+        return run_at
+
+    cell = Cell("llama", "LlamaForCausalLM", "dynamo", status="fail", regression="new", error="x", error_type="E")
+    selected = changes.SelectedClass("llama", "LlamaForCausalLM", LLAMA, 1, "transformers.models.llama.modeling_llama")
+    checked = Range(repo, base, commits[-1], False, repo)
+    bisect_new_failures(checked, [(cell, selected)], reading("fail"), lambda _: None, None)
+    assert cell.first_bad_commit.sha == commits[10] and cell.first_bad_commit.subject == "commit 11"
+    assert len(steps) == 4 and cell.first_bad_commit.runs == 3  # the first step's result came from the cache
+    # Where the head failed, a timeout at a step may be the machine's load: no commit is named.
+    steps.clear()
+    bisect_new_failures(checked, [(cell, selected)], reading("timeout"), lambda _: None, None)
+    assert cell.first_bad_commit.sha is None and len(steps) == 2
+    assert cell.first_bad_commit.note.startswith(f"at {commits[11][:12]} the cell is timeout (at the head: fail)")
 
 
 def test_the_answer_is_in_the_schema_the_terminal_and_the_comment() -> None:

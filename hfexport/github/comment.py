@@ -297,6 +297,7 @@ def post_report(
     report: Report,
     target: Target,
     *,
+    issue: int | None = None,
     author: str | None = None,
     attempts: int = 5,
     backoff: float = 2.0,
@@ -305,7 +306,8 @@ def post_report(
     settle: float = 15.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
-    """Create or edit the sticky comment for ``report`` on its pull request.
+    """Create or edit the sticky comment for ``report`` on its pull request, or with ``issue`` on that tracking issue
+    (the scheduled run on main: its report names no PR).
 
     ``request_interval`` spaces API calls (writes four times as far: GitHub asks for a second between them). After a
     POST whose outcome is unknown (a 5xx, a dropped connection), the comments are listed again for up to ``settle``
@@ -314,6 +316,38 @@ def post_report(
     import requests
     from github import GithubException
 
+    number, report_head = _checked_pr(report, target) if issue is None else (issue, None)
+    where = f"PR #{number}" if issue is None else f"issue #{issue}"
+    body = _body(report, target)
+    github = _client(target, timeout, request_interval)
+
+    def retrying(operation: Callable[[], T]) -> T:
+        return with_retries(operation, attempts=attempts, backoff=backoff, sleep=sleep)
+
+    doing = f"reading {target.repository} {where}"
+    try:
+        repo = retrying(lambda: github.get_repo(target.repository))
+        if issue is None:
+            thread = retrying(lambda: repo.get_pull(number))
+            if thread.head.sha != report_head:
+                moved = f"PR #{number} head is now {thread.head.sha[:12]}, the report is for {report_head[:12]}"
+                return Outcome("skipped", f"not posting: {moved} (the run for the new head will post)")
+            comments, create = thread.get_issue_comments, thread.create_issue_comment
+        else:
+            thread = retrying(lambda: repo.get_issue(issue))
+            comments, create = thread.get_comments, thread.create_comment
+        identity = identity_of(github, author, retrying)
+        doing = f"commenting on {target.repository} {where}"
+        upsert = _sticky_upsert(comments, create, body, identity, settle, sleep)
+        return retrying(lambda: upsert(where))
+    except (GithubException, requests.RequestException) as error:
+        raise _explain(error, target.token, doing) from None
+    finally:
+        github.close()
+
+
+def _checked_pr(report: Report, target: Target) -> tuple[int, str]:
+    """The PR to post to and the head commit the report is for, or why the report must not be posted there."""
     report_number, report_head = _report_pr(report)
     number = target.pr_number or report_number
     if number is None:
@@ -326,64 +360,7 @@ def post_report(
         raise CommentError(
             f"the report is for commit {report_head[:12]}, the triggering run built {target.expected_head_sha[:12]}"
         )
-    body = _body(report, target)
-    github = _client(target, timeout, request_interval)
-
-    def retrying(operation: Callable[[], T]) -> T:
-        return with_retries(operation, attempts=attempts, backoff=backoff, sleep=sleep)
-
-    doing = f"reading {target.repository} PR #{number}"
-    try:
-        repo = retrying(lambda: github.get_repo(target.repository))
-        pull = retrying(lambda: repo.get_pull(number))
-        if pull.head.sha != report_head:
-            moved = f"PR #{number} head is now {pull.head.sha[:12]}, the report is for {report_head[:12]}"
-            return Outcome("skipped", f"not posting: {moved} (the run for the new head will post)")
-        identity = identity_of(github, author, retrying)
-        doing = f"commenting on {target.repository} PR #{number}"
-        upsert = _sticky_upsert(pull.get_issue_comments, pull.create_issue_comment, body, identity, settle, sleep)
-        return retrying(lambda: upsert(f"PR #{number}"))
-    except (GithubException, requests.RequestException) as error:
-        raise _explain(error, target.token, doing) from None
-    finally:
-        github.close()
-
-
-def post_to_issue(
-    report: Report,
-    target: Target,
-    issue: int,
-    *,
-    author: str | None = None,
-    attempts: int = 5,
-    backoff: float = 2.0,
-    request_interval: float = 0.25,
-    timeout: int = 30,
-    settle: float = 15.0,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Outcome:
-    """Create or edit the sticky comment for ``report`` on tracking issue ``issue`` (the scheduled run on main): the
-    PR comment's rule, one comment of the token's account that opens with the marker, edited in place."""
-    import requests
-    from github import GithubException
-
-    body = _body(report, target)
-    github = _client(target, timeout, request_interval)
-
-    def retrying(operation: Callable[[], T]) -> T:
-        return with_retries(operation, attempts=attempts, backoff=backoff, sleep=sleep)
-
-    doing = f"reading {target.repository} issue #{issue}"
-    try:
-        tracking = retrying(lambda: github.get_repo(target.repository).get_issue(issue))
-        identity = identity_of(github, author, retrying)
-        doing = f"commenting on {target.repository} issue #{issue}"
-        upsert = _sticky_upsert(tracking.get_comments, tracking.create_comment, body, identity, settle, sleep)
-        return retrying(lambda: upsert(f"issue #{issue}"))
-    except (GithubException, requests.RequestException) as error:
-        raise _explain(error, target.token, doing) from None
-    finally:
-        github.close()
+    return number, report_head
 
 
 def _body(report: Report, target: Target) -> str:
