@@ -176,7 +176,10 @@ class SourceTree:
         self._facts: dict[str, FileFacts | None] = {}
         self.unreadable: set[str] = set()
         self.facts_cache = facts_cache
-        self._stored = _load_facts(facts_cache)
+        if facts_cache is not None and facts_cache not in _LOADED:
+            _FACTS_SEEN.update(_load_facts(facts_cache))
+            _LOADED.add(facts_cache)
+        self._stored = _FACTS_SEEN
         self._parsed = 0
 
     def text(self, module: str) -> str | None:
@@ -188,11 +191,23 @@ class SourceTree:
     def mentioning(self, word: str) -> set[str]:
         """Modules whose text holds ``word`` as a whole word."""
         if self._words is None:
-            self._words = {}
-            for module in self.paths:
-                for found in set(_WORD.findall(self.text(module) or "")):
-                    self._words.setdefault(found, set()).add(module)
+            keys = {module: self._key(module) for module in self.paths}
+            fingerprint = hashlib.sha256(json.dumps(sorted(keys.items())).encode()).hexdigest()
+            if fingerprint not in _INDEX_SEEN:
+                index: dict[str, set[str]] = {}
+                for module in self.paths:
+                    for found in set(_WORD.findall(self.text(module) or "")):
+                        index.setdefault(found, set()).add(module)
+                _INDEX_SEEN.clear()  # one tree's index at a time: it is tens of MiB
+                _INDEX_SEEN[fingerprint] = index
+            self._words = _INDEX_SEEN[fingerprint]
         return self._words.get(word, set())
+
+    @functools.cache  # noqa: B019 (a tree lives for one selection)
+    def _key(self, module: str) -> str:
+        """The store's key of a module's facts: its name, kind and text."""
+        text = self.text(module) or ""
+        return hashlib.sha256(f"{module in self.packages}:{module}:{text}".encode()).hexdigest()
 
     def facts(self, module: str) -> FileFacts | None:
         """The file's facts; None for a module that is not there or does not parse (listed in ``unreadable``)."""
@@ -204,7 +219,7 @@ class SourceTree:
         text = self.text(module)
         if text is None:
             return None
-        key = hashlib.sha256(f"{module in self.packages}:{module}:{text}".encode()).hexdigest()
+        key = self._key(module)
         if key not in self._stored:
             try:
                 self._stored[key] = read_facts(text, module, module in self.packages)
@@ -218,7 +233,8 @@ class SourceTree:
         """Keep the facts read so far in ``facts_cache`` (when parsing found anything new)."""
         if self.facts_cache is None or not self._parsed:
             return
-        kept = {key: self._stored[key] for key in self._stored}
+        keys = [self._key(module) for module in self.paths]  # this tree's files only: the store stays its size
+        kept = {key: self._stored[key] for key in keys if key in self._stored}
         self.facts_cache.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.facts_cache.with_name(f"{self.facts_cache.name}.{os.getpid()}.tmp")
         temporary.write_text(
@@ -228,6 +244,10 @@ class SourceTree:
 
 
 _FACTS_SCHEMA = 1
+# Facts and word indexes this process has read, by content: every selection of one run (or test session) shares them.
+_FACTS_SEEN: dict[str, FileFacts] = {}
+_LOADED: set[Path] = set()
+_INDEX_SEEN: dict[str, dict[str, set[str]]] = {}
 
 
 def _facts_json(facts: FileFacts) -> list:
