@@ -7,7 +7,7 @@ no-translation failures from real edits of a checkout; the errors below were rec
 
 from __future__ import annotations
 
-from hfexport.gate.causes import group, hint
+from hfexport.gate.causes import failure_kind, group, hint
 from hfexport.gate.cells import Cell, Frame
 
 LINE = Frame("src/transformers/models/llama/modeling_llama.py", 63, "forward", "if x:")
@@ -96,3 +96,19 @@ def test_hint_for_an_output_mismatch_names_output_distance_and_shape() -> None:
 
 def test_no_hint_for_an_error_of_no_known_kind() -> None:
     assert hint(failed("A", "onnx", "KeyError", "((s4/4)//8)")) is None
+
+
+def test_each_failure_has_a_kind_in_a_word_or_two_for_the_grid() -> None:
+    guard = "Could not guard on data-dependent expression u0 > 1"
+    specialized = "model: input 'input_ids' dimension 1 has size 11, but the program accepts only size 7"
+    kinds = [
+        (failed("A", "dynamo", "GuardOnDataDependentSymNode", guard), "data-dependent"),
+        (failed("A", "dynamo", "SpecializedDimension", specialized), "specialized"),
+        (failed("A", "onnx", "DispatchError", "No ONNX function found for aten.foo"), "no translation"),
+        (failed("A", "executorch", "RuntimeError", "Failed to load method forward, error: 0x:14"), "no kernel"),
+        (failed("A", "onnx", "OutputMismatch", "at the traced shape (x (2, 7)): y: max abs diff 1"), "wrong values"),
+        (failed("A", "onnx", "KeyError", "((s4/4)//8)"), "fails"),
+        (Cell("m", "A", "onnx", status="oom", error="out of memory"), "out of memory"),
+        (Cell("m", "A", "onnx", status="tool_error", error="boom"), "tool error"),
+    ]
+    assert [failure_kind(cell) for cell, _ in kinds] == [words for _, words in kinds]

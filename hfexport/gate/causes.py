@@ -84,7 +84,7 @@ def _backticked(text: str) -> str:
     return f"`{text}`"
 
 
-def kind(cell: Cell) -> str:
+def failure_kind(cell: Cell) -> str:
     """What broke, in one or two words (a status grid cell, a cause's title): "data-dependent", "no kernel", ..."""
     if cell.status in KIND_OF_STATUS:
         return KIND_OF_STATUS[cell.status]

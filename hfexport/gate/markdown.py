@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import health
-from .causes import Cause, group, hint, kind
+from .causes import Cause, failure_kind, group, hint
 from .cells import Cell, FirstBadCommit, disabled_features
 from .report import Report, counted, counts_text
 from .shards import incomplete_note
@@ -152,7 +152,7 @@ def render_cell(cell: Cell, cause: int | None = None) -> str:
         return f"{icon}{' fixed' if cell.regression == 'fixed' else ''}{_generation_note(cell)}"
     if cell.status == "skipped":
         return f"{icon} skipped"
-    words = "pre-existing" if cell.pre_existing else kind(cell)
+    words = "pre-existing" if cell.pre_existing else failure_kind(cell)
     mark = f" {cause_mark(cause)}" if cause is not None else ""
     return f"{icon} {words}{mark}"
 
@@ -172,7 +172,7 @@ def _where(cause: Cause) -> str:
 def _cause_phrase(cause: Cause) -> str:
     """The cause in a few words, for the verdict: ``data-dependent at `modeling_llama.py:62```."""
     preposition = "at" if cause.cell.model_location else "in"
-    return f"{kind(cause.cell)} {preposition} {escape_inline(_where(cause), 120)}"
+    return f"{failure_kind(cause.cell)} {preposition} {escape_inline(_where(cause), 120)}"
 
 
 def _verdict(n: dict[str, int], causes: list[Cause]) -> str:
@@ -298,7 +298,7 @@ def _cause_details(cause: Cause, number: int, links: Links, internals: bool) -> 
     """A cause's section, titled by the cause: the broken line (linked, then as code), the error, what to do, and
     every check it breaks. Open for the first three. hfexport's own frames and workarounds only with ``internals``."""
     cell, count = cause.cell, len(cause.cells)
-    title = f"{cause_mark(number)} {kind(cell)} {'at' if cell.model_location else 'in'} {_where(cause)}"
+    title = f"{cause_mark(number)} {failure_kind(cell)} {'at' if cell.model_location else 'in'} {_where(cause)}"
     title += f" · {_plural(count, 'check')}" + (" · pre-existing" if cell.pre_existing else "")
     opened = " open" if number <= OPEN_SECTIONS else ""
     parts = [f"<details{opened}><summary>{_icon(cell)} {escape_html(title, 300)}</summary>"]
