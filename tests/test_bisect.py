@@ -24,7 +24,7 @@ from hfexport.gate.bisect import Range, RunAt, bisect_new_failures
 from hfexport.gate.cells import Cell, FirstBadCommit
 from hfexport.gate.report import Report, new_report
 from hfexport.gate.run import CheckOptions, Target, run_one_cell_at
-from hfexport.gate.views import terminal_table
+from hfexport.gate.views import github_annotations, terminal_table
 
 NO_OP = "_unused_{} = 0\n"  # a module-level line of code that changes no model
 
@@ -174,6 +174,13 @@ def test_sixteen_commits_take_four_steps_and_another_kind_of_failure_stops_the_s
     bisect_new_failures(checked, [(cell, selected)], reading("timeout"), lambda _: None, None)
     assert cell.first_bad_commit.sha is None and len(steps) == 2
     assert cell.first_bad_commit.note.startswith(f"at {commits[11][:12]} the cell is timeout (at the head: fail)")
+    # Every step fails: the answer is the range's first commit only once the base is seen to pass.
+    for base_here, named in ((commits[9], commits[10]), (commits[10], None)):
+        steps.clear()
+        later = Range(repo, base_here, commits[-1], False, repo)
+        bisect_new_failures(later, [(cell, selected)], reading("fail"), lambda _: None, None)
+        assert cell.first_bad_commit.sha == named and steps[-1] == base_here, cell.first_bad_commit
+    assert cell.first_bad_commit.note == f"it fails at the base {commits[10][:12]} too: no commit of the range broke it"
 
 
 def test_the_answer_is_in_the_schema_the_terminal_and_the_comment() -> None:
@@ -185,7 +192,8 @@ def test_the_answer_is_in_the_schema_the_terminal_and_the_comment() -> None:
     cell.first_bad_commit = FirstBadCommit(sha=sha, subject="a change", runs=3)
     data = report.finalize().as_dict()
     assert not schema.validate_report(data)
-    assert "first bad commit: aaaaaaa" in terminal_table(Report.from_dict(data))
+    assert "first bad commit: aaaaaaa a change" in terminal_table(Report.from_dict(data))
+    assert "%0AFirst bad commit: aaaaaaa a change" in github_annotations(Report.from_dict(data))[0]
     for bad in ({"sha": "HEAD~1"}, {"sha": None}, {"sha": sha, "pr": -1}):
         data["cells"][0]["first_bad_commit"] = bad
         assert any("first_bad_commit" in error for error in schema.validate_report(data)), bad

@@ -114,7 +114,29 @@ def _bisect(
             bad = middle
         else:
             good = middle
+    if good == -1:
+        try:
+            problem = _fails_at_base(checked, run_at, cell, selected, deadline)
+        except _Unknown as unknown:
+            problem = f"{unknown}; the base could not be seen to pass"
+        if problem:
+            return FirstBadCommit(runs=runs, note=problem)
     return _answer(checked, positions[bad], runs)
+
+
+def _fails_at_base(
+    checked: Range, run_at: RunAt, cell: Cell, selected: changes.SelectedClass, deadline: float | None
+) -> str | None:
+    """Why the range's first commit is not the answer though every step failed: the cell's base run may have been no
+    result (a tool error), so the base is run (the result cache usually answers). None: it passes, or the class is
+    not there (the range's first commit added it, failing)."""
+    try:
+        _require_class(checked, selected, checked.base)
+    except _Unknown:
+        return None
+    if _outcome_at(checked, run_at, cell, selected, checked.base, deadline)["status"] == cell.status:
+        return f"it fails at the base {checked.base[:12]} too: no commit of the range broke it"
+    return None
 
 
 def _outcome_at(

@@ -163,6 +163,7 @@ def _failure_annotation(cause: Cause) -> str:
     if count > 1:
         title = f"{count} checks break here: {cause.broken}"[:300]
     message = cell.label() + (f"\nWhat to do: {advice}" if (advice := hint(cell)) else "")
+    message += "".join(f"\nFirst bad commit: {answer.text()}" for answer, _ in cause.first_bad_commits()[:1])
     file = (source and source.file) or None
     line = (source.line or None) if source and file else None
     return actions.command("error", message, file=file, line=line, title=title)
