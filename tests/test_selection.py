@@ -16,7 +16,7 @@ from checkout_fixture import INSTALLED, commit, commit_prepended, git, make_chec
 from click.testing import CliRunner
 
 from hfexport.cli import main
-from hfexport.gate import changes, touched
+from hfexport.gate import changes, markdown, report, schema, touched
 from hfexport.gate.impact import ClassRecord, CodeUnit, ExecutedUnit, ImpactMap, expected_versions
 from hfexport.gate.run import target_for
 
@@ -209,6 +209,26 @@ def test_flex_only_function_with_a_map_selects_none(release: Path, facts: Path, 
     path = tmp_path / "map.json"
     ImpactMap(expected_versions(release), records).dump(path)
     assert _selected(release, facts, impact_map=path).classes == []
+
+
+def test_report_and_comment_say_why_classes_were_selected() -> None:
+    selection = changes.Selection("diff", reason="masking_utils.create_causal_mask changed: 2 classes")
+    reason = "masking_utils.create_causal_mask changed"
+    selection.classes = [
+        changes.SelectedClass("llama", name, reason=reason) for name in ("LlamaModel", "LlamaForCausalLM")
+    ]
+    selection.classes.append(changes.SelectedClass("rwkv", "RwkvModel", reason="initialization.orthogonal_ changed"))
+    data = report.new_report("hfexport", ["dynamo"], selection.as_report(), {})
+    data.cells = _report_cells(selection)
+    for cell in data.cells:
+        cell.status = "pass"
+    data.finalize()
+    assert schema.validate_report(data.as_dict()) == []
+    assert data.selection["reason_counts"] == {reason: 2, "initialization.orthogonal_ changed": 1}
+    assert {c.model_class: c.selected_because for c in data.cells}["RwkvModel"] == "initialization.orthogonal_ changed"
+    line = markdown.summary_line(data).splitlines()[-1]
+    assert line.startswith("why selected: masking\\_utils.create\\_causal\\_mask changed: 2 classes run that code")
+    assert line.endswith("orthogonal\\_ changed: 1 class runs that code")
 
 
 # ── Modular files ──

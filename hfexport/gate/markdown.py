@@ -27,6 +27,8 @@ TITLE = "### hfexport export report"
 MIN_CHARS = 2000  # room for the marker, the summary, the table header and the truncation notes
 # GitHub's limit for one step's summary is 1 MiB; a UTF-16 unit is at most 3 bytes of UTF-8.
 JOB_SUMMARY_CHARS = 340_000
+# The selection reasons the summary names, with how many classes each one selected.
+REASONS_SHOWN = 5
 
 # Characters CommonMark/GFM give a meaning to inline (emphasis, links, images, math, strikethrough).
 _MD_PUNCTUATION = frozenset("\\*_[]()!~$^{}")
@@ -213,7 +215,20 @@ def summary_line(report: Report, causes: list[Cause] | None = None) -> str:
     verdict = _verdict(n, _causes(report.cells) if causes is None else causes)
     if note := incomplete_note(report):  # the missing shards' cells are unknown: never a pass
         verdict = f"⚠️ **{note}**" + ("" if verdict.startswith("✅") else f" · {verdict}")
-    return f"{verdict}\n\n{_counts_line(report)}"
+    return f"{verdict}\n\n{_counts_line(report)}" + (f"\n\n{line}" if (line := _reasons_line(report)) else "")
+
+
+def _reasons_line(report: Report) -> str:
+    """Why the classes were selected, each reason with how many classes run that code (the first few reasons)."""
+    counts = report.selection.get("reason_counts") or {}
+    said = [
+        f"{escape_inline(str(reason), 160)}: "
+        + ("1 class runs" if count == 1 else f"{count} classes run")
+        + " that code"
+        for reason, count in list(counts.items())[:REASONS_SHOWN]
+    ]
+    more = f"; and {len(counts) - REASONS_SHOWN} more reasons" if len(counts) > REASONS_SHOWN else ""
+    return f"why selected: {'; '.join(said)}{more}" if said else ""
 
 
 def _causes(cells: list[Cell]) -> list[Cause]:
