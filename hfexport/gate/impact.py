@@ -57,7 +57,8 @@ class CodeUnit:
 @dataclass(frozen=True)
 class ExecutedUnit:
     """A code unit a check executed, with where its code was then (file relative to the transformers package's parent,
-    e.g. ``transformers/masking_utils.py``; first and last line of its definition)."""
+    e.g. ``transformers/masking_utils.py``; first and last line of its definition, the first being its first
+    decorator's where it has one, as Python counts it)."""
 
     unit: CodeUnit
     file: str
