@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,66 @@ def test_default_map_takes_only_well_formed_records_of_this_version(tmp_path: Pa
     assert found is not None and found.model_classes() == {"LlamaModel"}
     assert found.classes_running(CodeUnit("transformers.masking_utils", "create_causal_mask")) == {"LlamaModel"}
     assert default_map(tmp_path / "missing", VERSIONS) is None
+
+
+PROBED_MODULE = """
+import torch
+
+def helper(x):
+    return x * 2
+
+def counting(n):
+    for i in range(n):
+        yield i
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        def inner(y):
+            return helper(y) + 1
+        try:
+            z = inner(x)
+        except ValueError:
+            z = x
+        return z + sum(counting(3)) + sum([i for i in range(2)])
+
+def never_called():
+    return 0
+"""
+
+RUN_PROBED = """
+import json, sys, types, torch
+import transformers
+from hfexport.gate.impact_recorder import ImpactRecorder
+module = types.ModuleType("transformers.probed")
+module.__file__ = sys.argv[1]
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), module.__dict__)
+sys.modules[module.__name__] = module
+recorder = ImpactRecorder(None)
+recorder.instrument_loaded()
+model, x, seen = module.Model(), torch.ones(2), {}
+runs = {
+    "eager": lambda: model(x),
+    "strict export": lambda: torch.export.export(model, (x,), strict=True).module()(x),
+    "non-strict export": lambda: torch.export.export(model, (x,), strict=False).module()(x),
+    "compile": lambda: torch.compile(model, fullgraph=True, backend="eager")(x),
+}
+for name, run in runs.items():
+    recorder.reset()
+    assert run().tolist() == [7.0, 7.0]
+    seen[name] = sorted(row[1] for row in recorder.record([])["units"] if row[0] == module.__name__)
+print(json.dumps(seen))
+"""
+
+
+def test_every_way_an_export_runs_python_is_recorded_and_unchanged(tmp_path: Path) -> None:
+    """Eager, strict export and torch.compile (dynamo traces the inserted call: it calls the probe while tracing),
+    non-strict export: each gives the model's result and records the functions it ran, nested and generators too."""
+    source = tmp_path / "probed.py"
+    source.write_text(PROBED_MODULE)
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_PROBED, str(source)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = ["Model.forward", "Model.forward.<locals>.inner", "counting", "helper"]
+    assert seen == dict.fromkeys(["eager", "strict export", "non-strict export", "compile"], expected)
