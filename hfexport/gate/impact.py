@@ -23,6 +23,7 @@ A class absent from ``model_classes()`` has no record: select it by static analy
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -320,7 +321,8 @@ def default_map(cache_dir: Path | None, expect: dict[str, str | None]) -> Impact
 
 
 def recording_supported() -> bool:
-    return sys.version_info[:2] == RECORDING_PYTHON
+    """Python 3.11 with SlipCover installed (a dependency there; an install without dependencies may lack it)."""
+    return sys.version_info[:2] == RECORDING_PYTHON and importlib.util.find_spec("slipcover") is not None
 
 
 def build_map(target: Target, options: CheckOptions, echo: Callable[[str], None] = print) -> ImpactMap:
@@ -328,7 +330,8 @@ def build_map(target: Target, options: CheckOptions, echo: Callable[[str], None]
     from .run import run_check
 
     if not recording_supported():
-        raise ImpactMapError(f"impact maps are recorded on Python {'.'.join(map(str, RECORDING_PYTHON))} only")
+        python = ".".join(map(str, RECORDING_PYTHON))
+        raise ImpactMapError(f"impact maps are recorded on Python {python} with slipcover installed only")
     options.record_impact = True
     built = ImpactMap(expected_versions(target.checkout))
 
