@@ -172,6 +172,7 @@ class SourceTree:
                     self.packages.add(".".join(parts))
                 self.paths[".".join(parts)] = path
         self._texts: dict[str, str] = {}
+        self._keys: dict[str, str] = {}
         self._words: dict[str, set[str]] | None = None
         self._facts: dict[str, FileFacts | None] = {}
         self.unreadable: set[str] = set()
@@ -203,11 +204,12 @@ class SourceTree:
             self._words = _INDEX_SEEN[fingerprint]
         return self._words.get(word, set())
 
-    @functools.cache  # noqa: B019 (a tree lives for one selection)
     def _key(self, module: str) -> str:
         """The store's key of a module's facts: its name, kind and text."""
-        text = self.text(module) or ""
-        return hashlib.sha256(f"{module in self.packages}:{module}:{text}".encode()).hexdigest()
+        if module not in self._keys:
+            text = self.text(module) or ""
+            self._keys[module] = hashlib.sha256(f"{module in self.packages}:{module}:{text}".encode()).hexdigest()
+        return self._keys[module]
 
     def facts(self, module: str) -> FileFacts | None:
         """The file's facts; None for a module that is not there or does not parse (listed in ``unreadable``)."""
@@ -321,6 +323,8 @@ class StaticReach:
     tree: SourceTree
     _resolved: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     _traits: dict[tuple[str, str], tuple[bool, bool]] = field(default_factory=dict)
+    _followed: dict[_Node, list[tuple[_Node, str]]] = field(default_factory=dict)  # walks of one diff share steps
+    _closures: dict[str, list[Hit]] = field(default_factory=dict)
 
     def is_model_class(self, module: str, name: str) -> bool:
         """A class of a modeling file deriving from ``PreTrainedModel`` with a ``forward`` (``changes``' rule)."""
@@ -426,7 +430,9 @@ class StaticReach:
             facts = self.tree.facts(module)
             if facts and name in facts.definitions and self.is_model_class(module, name):
                 hits.setdefault((module, name), Hit(module, name, facts.definitions[name].line, distance, how))
-            for step, kind in self._steps(node):
+            if node not in self._followed:
+                self._followed[node] = list(self._steps(node))
+            for step, kind in self._followed[node]:
                 if step not in seen:
                     seen.add(step)
                     queue.append((step, distance + 1, kind))
@@ -471,6 +477,11 @@ class StaticReach:
 
     def closure(self, module: str) -> list[Hit]:
         """The model classes of every modeling file in ``module``'s reverse import closure (tests_fetcher's rule)."""
+        if module not in self._closures:
+            self._closures[module] = self._closure(module)
+        return self._closures[module]
+
+    def _closure(self, module: str) -> list[Hit]:
         hits = []
         for importer in sorted(self.importers(module)):
             facts = self.tree.facts(importer) if _MODELING.match(importer) else None
