@@ -30,6 +30,8 @@ NOT_A_RESULT = frozenset({"tool_error", "not_checked", "not_run"})
 # A decoder LM's generation parts (``checks.GENERATION_PARTS`` and the export module) and the words reports use.
 GENERATION_KEYS = ("generation", "generation_static", "export_module")
 GENERATION_STATUSES = ("pass", "fail", "skipped", "not_checked")
+# The backends whose runtimes run transformers' exported module (torch.export's program, ExecuTorch's LLM runner).
+EXPORT_MODULE_BACKENDS = ("dynamo", "executorch")
 GENERATION_LABELS = {
     "generation": "generation",
     "generation_static": "generation · static cache",

@@ -28,8 +28,7 @@ from .. import compat
 from ..exporters.utils import ExportFailure, SpecializedDimension
 from . import metrics
 from .blame import Frame, blame, traced_model_frame
-from .cells import GENERATION_LABELS
-from .export_modules import EXPORT_MODULE_BACKENDS
+from .cells import EXPORT_MODULE_BACKENDS, GENERATION_LABELS
 
 # Largest max-abs difference from eager that still passes, per backend.
 TOLERANCES = {"dynamo": 1e-4, "onnx": 1e-4, "executorch": 1e-3}

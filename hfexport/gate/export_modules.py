@@ -21,8 +21,6 @@ import torch
 
 from .. import compat
 
-# The backends whose runtimes run transformers' exported program (torch.export's, and ExecuTorch's LLM runner).
-EXPORT_MODULE_BACKENDS = ("dynamo", "executorch")
 # Cache slots of the wrapped module: the gate's prompt (7 tokens) and its new tokens fit.
 MAX_CACHE_LEN = 16
 
