@@ -376,6 +376,9 @@ def _variants_section(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any
             passed = sum(c["status"] == "pass" for c in ran)
             row.append(f"{passed} / {len(ran)} ({100 * passed / len(ran):.0f} %)" if ran else "—")
         lines.append(f"| {ENGINE_TITLES[engine]} | " + " | ".join(row) + " |")
+    unswept = [ENGINE_TITLES[engine] for engine in ENGINES if not any(e == engine for (e, _, _) in cells)]
+    if unswept:
+        lines += ["", f"Not run on the variants yet: {', '.join(unswept)} (its columns say —)."]
     names = sorted({model_class for (_, model_class, _) in cells})
     lines += [
         "",
