@@ -37,6 +37,8 @@ _MODELING = re.compile(r"^transformers\.models\.(?P<type>[^.]+)\.modeling_(?!tf_
 _MODULAR = re.compile(r"^transformers\.models\.(?P<type>[^.]+)\.modular_[^.]+$")
 _WORD = re.compile(r"\w+")
 _MAX_RESOLVE_DEPTH = 8
+# Methods called without their name being written: nn.Module.__call__ runs forward (dunders are checked apart).
+_IMPLICIT = frozenset({"forward"})
 # The distance given to what only the reverse import closure reaches: after everything found by name.
 CLOSURE_DISTANCE = 1000
 
@@ -384,18 +386,24 @@ class StaticReach:
             wanted = self._names_for(module, facts, (target_module, name)) if facts else set()
             if not wanted:
                 continue
+            # Code that names the class of a touched method runs that method only where it calls it by name, unless
+            # Python or torch calls it implicitly (``forward`` through ``nn.Module.__call__``, dunders).
+            calls = method is None or method in _IMPLICIT or method.startswith("__")
+            calls = calls or module in self.tree.mentioning(method)
             for other, definition in facts.definitions.items():
                 if definition.bases & wanted:
                     overridden = method in definition.methods and not definition.methods[method].calls_super
                     if not overridden:
                         yield (module, other, method), "subclass"
                     continue
+                if not calls:
+                    continue
                 if definition.refs & wanted:
                     yield (module, other, None), "uses it"
                 for method_name, found in definition.methods.items():
                     if found.refs & wanted and (module, other) != (target_module, name):
                         yield (module, other, method_name), "calls it"
-            for statement in facts.statements:
+            for statement in facts.statements if calls else ():
                 if statement.refs & wanted:
                     if statement.names:
                         yield from (((module, bound, None), "uses it") for bound in statement.names)
