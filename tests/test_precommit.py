@@ -134,7 +134,8 @@ def test_hook_fires_on_shared_code_and_comments_select_nothing(tmp_path, hook_re
 
 def test_installed_hook_blocks_a_broken_model(tmp_path, hook_repo, env):
     checkout = make_checkout(tmp_path / "transformers", heads=1)
-    install_hook(checkout, hook_repo, env, ["--backends=onnx", "--no-generation"])
+    # --only: the modular files copying LlamaForCausalLM select their types too; llama's cell is the one this is about.
+    install_hook(checkout, hook_repo, env, ["--backends=onnx", "--no-generation", "--only=llama"])
     # A worktree of the contributor's own on a disk not mounted now: checking the base must leave its record.
     away = tmp_path / "usb" / "other"
     git(checkout, "worktree", "add", "-q", "-b", "other", str(away))

@@ -382,6 +382,8 @@ class StaticReach:
         """The nodes one step from ``node``, each with the step's kind."""
         target_module, name, method = node
         for module in sorted(self.tree.mentioning(name)):
+            if _MODULAR.match(module):
+                continue  # never imported: its code runs as the modeling file generated from it (modular_copiers)
             facts = self.tree.facts(module)
             wanted = self._names_for(module, facts, (target_module, name)) if facts else set()
             if not wanted:
