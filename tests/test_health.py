@@ -62,6 +62,13 @@ def test_a_passing_cell_measures_its_program_and_times_it_beside_the_heads(backe
     assert base["metrics"]["ops"] == metrics["ops"]  # the same code: the same program
 
 
+def test_the_competitors_engine_is_not_measured() -> None:
+    # transformers.exporters' ExportedModel has no manifest: measuring it made every cell a tool error.
+    cell = checks.run_cell({**LLAMA_JOB, "model_class": "LlamaModel", "backend": "dynamo"}, None, "transformers")
+    assert cell["status"] == "pass", cell
+    assert "metrics" not in cell and "health" not in cell["timings"]
+
+
 # ── Comparing ──
 
 
