@@ -47,9 +47,10 @@ def command(name: str, message: str, **properties: str | int | None) -> str:
 
 
 def line(text: object) -> str:
-    """Free text as one line no runner reads as a command: CR/LF/% escaped, ``##[`` and a leading ``:`` defused,
-    format characters dropped."""
-    escaped = _OLD_COMMAND.sub("#%23[", escape_data(str(text)))
+    """Free text as one line no runner reads as a command: CR/LF escaped, ``##[`` and a leading ``:`` defused,
+    format characters dropped. A ``%`` stays as it is: the runner unescapes a command's data only, and a progress
+    line's "+59 %" would otherwise read "+59 %25"."""
+    escaped = _OLD_COMMAND.sub("#%23[", visible(text).replace("\r", "%0D").replace("\n", "%0A"))
     return _LEADING_COMMAND.sub(r"\1%3A", escaped)
 
 

@@ -17,6 +17,7 @@ from checkout_fixture import make_checkout
 from click.testing import CliRunner
 from test_github_comment import commands_in
 
+from hfexport import actions
 from hfexport.cli import main
 from hfexport.gate.cache import ResultCache
 from hfexport.gate.cells import Cell
@@ -261,6 +262,13 @@ def test_the_reports_line_goes_through_the_one_writer(tmp_path: Path, monkeypatc
     start, end = commands_in(result.output)  # only the markers around the table
     assert start.startswith("::stop-commands::") and end.startswith("::hfexport-")
     assert "reports: " in result.output and format_characters(result.output) == []
+
+
+def test_a_free_text_line_keeps_its_percent_signs_and_stays_inert() -> None:
+    # A progress line's "+59 %" printed as "+59 %25": only a command's data is unescaped by the runner.
+    printed = actions.line("nodes 412 -> 655 (+59 %)\n::error::x ##[group]")
+    assert printed == "nodes 412 -> 655 (+59 %)%0A::error::x #%23[group]"
+    assert commands_in(printed) == []
 
 
 def test_merge_prints_no_format_characters(tmp_path: Path) -> None:
