@@ -612,7 +612,8 @@ def impact_build(
     Classes whose cells were skipped, crashed or timed out have no record: selection treats them by static analysis.
     """
     from .gate.cache import CacheError, default_cache_dir
-    from .gate.impact import ImpactMapError, build_map
+    from .gate.impact import ImpactMapError
+    from .gate.impact_build import build_map
     from .gate.run import CheckOptions, GateError, target_for
 
     names = [name.strip() for name in (models or "").split(",") if name.strip()]

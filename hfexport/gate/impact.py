@@ -28,16 +28,12 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..files import read_regular_file
-
-if TYPE_CHECKING:
-    from .cells import Cell
-    from .run import CheckOptions, Target
 
 MAP_SCHEMA = 1
 MAP_KIND = "hfexport-impact-map"
@@ -323,25 +319,6 @@ def default_map(cache_dir: Path | None, expect: dict[str, str | None]) -> Impact
 def recording_supported() -> bool:
     """Python 3.11 with SlipCover installed (a dependency there; an install without dependencies may lack it)."""
     return sys.version_info[:2] == RECORDING_PYTHON and importlib.util.find_spec("slipcover") is not None
-
-
-def build_map(target: Target, options: CheckOptions, echo: Callable[[str], None] = print) -> ImpactMap:
-    """Run ``target``'s selection as ``check`` would, recording, and return the map of what each class ran."""
-    from .run import run_check
-
-    if not recording_supported():
-        python = ".".join(map(str, RECORDING_PYTHON))
-        raise ImpactMapError(f"impact maps are recorded on Python {python} with slipcover installed only")
-    options.record_impact = True
-    built = ImpactMap(expected_versions(target.checkout))
-
-    def keep(cell: Cell, outcome: dict[str, Any]) -> None:
-        record = outcome.get("impact")
-        if isinstance(record, dict) and record.get("versions") == built.versions:
-            built.add(cell.model_class, record)
-
-    run_check(target, options, echo, on_outcome=keep)
-    return built
 
 
 def merge_files(paths: list[Path]) -> ImpactMap:

@@ -43,7 +43,6 @@ from .tables import (
     SUFFIX_CAPS,
     VOCAB,
 )
-from .variants import named_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -447,11 +446,10 @@ def tiny_config(
     """Return a tiny config for a model type or class (a name, or the class itself: one no auto mapping lists); a
     transformers checkout's model tester wins if usable.
 
-    ``overrides`` are constructor arguments applied on top of the tiny config (see ``ALTERNATE_CONFIGS``), and on top
-    of a variant's (a name ``"Class@variant"``, see ``variants``).
+    ``overrides`` are constructor arguments applied on top of the tiny config (see ``ALTERNATE_CONFIGS``); a variant's
+    (a name ``"Class@variant"``) are ``variants.named_overrides``, which ``tiny_model`` applies.
     """
     model_class = resolve_model_class(name)
-    overrides = {**named_overrides(name), **(overrides or {})}
     config = None
     if checkout is not None:
         config = tester_config(model_class.config_class.model_type, checkout)

@@ -12,6 +12,7 @@ from ..torch_compat import _BatchNorm
 from .classes import UnrunnableModelError, resolve_model_class
 from .configs import tiny_config
 from .tables import DEGENERATE_INIT, UNRUNNABLE
+from .variants import named_overrides
 
 
 def tiny_model(
@@ -24,7 +25,7 @@ def tiny_model(
     model_class = resolve_model_class(name)
     if model_class.__name__ in UNRUNNABLE:
         raise UnrunnableModelError(f"{model_class.__name__}: {UNRUNNABLE[model_class.__name__]}")
-    config = tiny_config(name, checkout=checkout, overrides=overrides)
+    config = tiny_config(name, checkout=checkout, overrides={**named_overrides(name), **(overrides or {})})
     torch.manual_seed(seed)
     try:
         model = model_class(config)

@@ -20,6 +20,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from .classes import VARIANT_SEPARATOR as SEPARATOR
 from .classes import resolve_model_class
+from .configs import _declared_keys, tiny_config
 
 # Dynamic NTK rope grows its frequencies past the context: a context of 8 puts the gate's second shape (11) past it.
 SHORT_CONTEXT = 8
@@ -202,8 +203,6 @@ def config_variants(model_class: type[PreTrainedModel] | str) -> list[Variant]:
 
 def _found(model_class: type[PreTrainedModel]) -> dict[str, Overrides]:
     """The variants' overrides: entries the config class declares, that the modeling code reads, at other values."""
-    from .configs import tiny_config
-
     config = tiny_config(model_class)
     declared = _declared(type(config))
     source = _modeling_source(model_class)
@@ -220,14 +219,10 @@ def _found(model_class: type[PreTrainedModel]) -> dict[str, Overrides]:
 
 
 def _declared(config_class: type[PretrainedConfig]) -> set[str]:
-    from .configs import _declared_keys
-
     return _declared_keys(config_class)
 
 
 def _made(model_class: type[PreTrainedModel], name: str, overrides: Overrides) -> Variant:
-    from .configs import tiny_config
-
     try:
         tiny_config(model_class, overrides=overrides)
     except Exception as error:  # the config class refuses the combination: listed with its reason
