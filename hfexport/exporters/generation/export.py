@@ -196,21 +196,16 @@ def _export_decoder_only(
     config: Any,
     max_cache_len: int,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
-    input_ids = sample_inputs["input_ids"]
+    prefill_inputs = _prompt_inputs(sample_inputs)
+    input_ids, attention_mask = prefill_inputs["input_ids"], prefill_inputs["attention_mask"]
     batch_size, prompt_length = input_ids.shape
     if prompt_length >= max_cache_len:
         raise ValueError(f"the sample prompt ({prompt_length} tokens) does not fit max_cache_len={max_cache_len}")
-    attention_mask = sample_inputs.get("attention_mask", torch.ones_like(input_ids))
     layout = layout_from_cache(
         _eager_cache(model, {"input_ids": input_ids, "attention_mask": attention_mask}),
         max_cache_len,
         model.dtype,
     )
-    prefill_inputs = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": position_ids_from_mask(attention_mask),
-    }
     keys, values = layout.zeros(batch_size)
     step_mask = torch.zeros(batch_size, max_cache_len, dtype=attention_mask.dtype)
     step_mask[:, : prompt_length + 1] = 1
@@ -230,17 +225,7 @@ def _export_decoder_only(
         "prefill": export("prefill", DecoderPrefill(model, layout), prefill_inputs, prefill_config),
         "decode": export("decode", DecoderStep(model), decode_inputs, decode_config),
     }
-    dynamic = config.dynamic
-    generation = {
-        "kind": DECODER_ONLY,
-        "components": {"prefill": "prefill", "decode": "decode"},
-        "max_cache_len": max_cache_len,
-        "batch_size": None if dynamic else batch_size,
-        "prefill_length": None if dynamic else prompt_length,
-        "cache": layout.to_dict(),
-        **_special_tokens(model),
-    }
-    return components, generation
+    return components, _decoder_record(model, config, components, max_cache_len, input_ids.shape, layout.to_dict())
 
 
 def _export_static_decoder(
@@ -251,14 +236,9 @@ def _export_static_decoder(
     max_cache_len: int,
 ) -> tuple[dict[str, tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """Prefill and decode on transformers' ``StaticCache``; the cache's shapes come from one eager prefill on it."""
-    input_ids = sample_inputs["input_ids"]
-    batch_size, prompt_length = input_ids.shape
-    attention_mask = sample_inputs.get("attention_mask", torch.ones_like(input_ids))
-    prefill_inputs = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": position_ids_from_mask(attention_mask),
-    }
+    prefill_inputs = _prompt_inputs(sample_inputs)
+    input_ids, attention_mask = prefill_inputs["input_ids"], prefill_inputs["attention_mask"]
+    prompt_length = input_ids.shape[1]
     try:
         cache = static_cache(model, max_cache_len)
     except Exception as error:  # a config StaticCache cannot lay out (a layer type it does not map)
@@ -288,17 +268,40 @@ def _export_static_decoder(
         "static_prefill": export("static_prefill", StaticCachePrefill(model, layout), prefill_inputs, prefill_config),
         "static_decode": export("static_decode", StaticCacheStep(model, layout), decode_inputs, decode_config),
     }
-    dynamic = config.dynamic
-    generation = {
+    # The decode program's guard keeps the last slot unused: a request fits max_cache_len - 1 tokens.
+    return components, _decoder_record(model, config, components, max_cache_len - 1, input_ids.shape, layout.to_dict())
+
+
+def _prompt_inputs(sample_inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The prefill's inputs: the prompt, its mask (all ones when the sample has none) and the positions it gives."""
+    input_ids = sample_inputs["input_ids"]
+    attention_mask = sample_inputs.get("attention_mask", torch.ones_like(input_ids))
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids_from_mask(attention_mask),
+    }
+
+
+def _decoder_record(
+    model: PreTrainedModel,
+    config: Any,
+    components: dict[str, Any],
+    max_cache_len: int,
+    prompt_shape: torch.Size,
+    cache: dict[str, Any],
+) -> dict[str, Any]:
+    """The manifest's ``generation`` entry of a decoder-only export (a static export fixes the prompt's shape)."""
+    batch_size, prompt_length = prompt_shape
+    return {
         "kind": DECODER_ONLY,
-        "components": {"prefill": "static_prefill", "decode": "static_decode"},
-        "max_cache_len": max_cache_len - 1,
-        "batch_size": None if dynamic else batch_size,
-        "prefill_length": None if dynamic else prompt_length,
-        "cache": layout.to_dict(),
+        "components": dict(zip(("prefill", "decode"), components, strict=True)),  # the names, prefill first
+        "max_cache_len": max_cache_len,
+        "batch_size": None if config.dynamic else batch_size,
+        "prefill_length": None if config.dynamic else prompt_length,
+        "cache": cache,
         **_special_tokens(model),
     }
-    return components, generation
 
 
 def _static_decode_shapes(config: Any, inputs: dict[str, Any], max_cache_len: int) -> dict[str, Any]:
