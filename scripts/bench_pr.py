@@ -3,8 +3,8 @@ some classes import; and where each cell's time goes, stage by stage.
 
 Run by hand, not by the tests (minutes): ``python scripts/bench_pr.py [--version 5.23.0] [--model gemma3] [-j 2]``.
 The release wheel is unpacked into a temporary git checkout (as ``scripts/compat_check.py`` does); one commit appends
-a comment to ``modeling_<MODEL>.py``, and ``hfexport check --base <the release>`` runs on it with an empty result
-cache. Then, with the same base:
+a no-op code line to ``modeling_<MODEL>.py``, and ``hfexport check --base <the release>`` runs on it with an empty
+result cache. Then, with the same base:
 
 - ``again``: the same command, nothing changed (every cell comes from the result cache);
 - ``partial``: a commit touching ``--partial FILE`` (default: siglip's modeling file, which only gemma3's multimodal
@@ -95,7 +95,7 @@ def pull_request(args: argparse.Namespace, root: Path) -> None:
     for name in ("fresh", "again", "partial"):
         if name == "partial":
             with (checkout / args.partial).open("a") as touched:
-                touched.write("# bench_pr: touched\n")
+                touched.write("\n_bench_pr_touched = True\n")  # code: a comment selects nothing
             compat_check.git(checkout, "commit", "-qam", "touch a file some classes import")
         seconds, report = run_gate(
             checkout, base, root / "cache", root / name, args.jobs, args.backends, health=args.health

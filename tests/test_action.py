@@ -163,7 +163,7 @@ def test_run_steps_execute_as_written(tmp_path):
     workspace = make_checkout(tmp_path / "workspace")
     base = git(workspace, "rev-parse", "HEAD")
     git(workspace, "checkout", "-q", "-b", "feature")
-    head = commit(workspace, {LLAMA: llama_source().replace("class LlamaModel(", "# edit\nclass LlamaModel(")}, "edit")
+    head = commit(workspace, {LLAMA: llama_source() + "\n_edited = True\n"}, "edit")  # code: selects llama's classes
     action_path = _action_copy(tmp_path / "action")
     runner_temp = tmp_path / "runner-temp"
     runner_temp.mkdir()

@@ -143,7 +143,10 @@ def _files_target(cwd: Path, files: list[str], impact_map: Path | None, cache_di
         selection.notes[:0] = [note] if note else []
         return Target(selection, checkout)
     names = [p.relative_to(repo_root).as_posix() if p.is_relative_to(repo_root) else p.as_posix() for p in paths]
-    diff = (repo_root, head_sha, None)
+    # Files holding changes (the hook's staged files) are read at function precision; files that hold none were named
+    # to be checked, so they count whole, as outside a repository.
+    edited = set(changes.changed_files(repo_root, head_sha, None)) & set(names)
+    diff = (repo_root, head_sha, None) if edited else None
     selection = changes.select_from_files(names, checkout, "files", diff, mapped, _facts(cache_dir))
     selection.notes[:0] = [note] if note else []
     return Target(selection, checkout, repo_root, base=head_sha, head=None, head_sha=head_sha)
