@@ -752,6 +752,7 @@ def _ci(args: argparse.Namespace) -> int:
     pin = pinned_version()
     args.versions = args.versions or neighbours(pin, released_versions())
     args.backends, args.runs, args.change_model = list(CI_BACKENDS), ["representative"], "llama"
+    args.torch = []  # this Python's torch: the torch axis is run_step's --torch (tests/test_torch_releases.py)
     print(f"transformers pinned at {pin}; checking {', '.join(args.versions)} on {', '.join(CI_BACKENDS)}")
     steps = run_matrix(args)
     render(args.results, args.output or args.results / "compatibility.md")

@@ -120,8 +120,9 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     broken_source = llama_source(1).replace(*ONNX_BREAKAGE)
     assert broken_source != llama_source(1)
     broken = commit(repo, {LLAMA: broken_source}, "break onnx export of LlamaForCausalLM")
-    touched = commit(repo, {LLAMA: broken_source.replace("class LlamaModel(", "# edit\nclass LlamaModel(")}, "edit")
-    common = ["--backends", "onnx", "--no-generation", "-j", "2"]
+    touched = commit(repo, {LLAMA: broken_source + "\n_edited = True\n"}, "edit")  # code: a comment selects nothing
+    # --only llama: the types whose modular files copy the broken code are selected too (their files lack the change).
+    common = ["--backends", "onnx", "--no-generation", "-j", "2", "--only", "llama"]
 
     # The breakage itself: LlamaForCausalLM fails on ONNX in an exporter stage, which is new.
     out = tmp_path / "new"
