@@ -148,6 +148,10 @@ def _files_target(cwd: Path, files: list[str], impact_map: Path | None, cache_di
     edited = set(changes.changed_files(repo_root, head_sha, None)) & set(names)
     diff = (repo_root, head_sha, None) if edited else None
     selection = changes.select_from_files(names, checkout, "files", diff, mapped, _facts(cache_dir))
+    named_types = [match["type"] for match in map(changes.MODEL_FILE.search, names) if match]
+    # Model files named while none holds a change: their own classes, not the hundreds whose modular files copy code.
+    if not edited and len(named_types) == len(names):
+        selection.keep_only(named_types)
     selection.notes[:0] = [note] if note else []
     return Target(selection, checkout, repo_root, base=head_sha, head=None, head_sha=head_sha)
 
