@@ -150,4 +150,4 @@ def test_second_shape_skips_what_the_model_cannot_run_but_reports_our_builders_f
     monkeypatch.setattr(checks, "SECOND_SHAPE", {"batch_size": 1, "seq_length": 11})
     with pytest.raises(checks.CellFailure) as raised:
         checks._check_second_shape(model, inputs, original, 1e-4, {}, {})
-    assert raised.value.status == "tool_error" and raised.value.stage == "second shape"
+    assert raised.value.status == "tool_error" and raised.value.step == "second shape"
