@@ -18,13 +18,14 @@ from click.testing import CliRunner
 
 from hfexport.cli import main
 from hfexport.exporters import AutoExportConfig, AutoHfExporter
+from hfexport.gate import checks
 from hfexport.gate.blame import blame
 from hfexport.gate.cells import Cell
 from hfexport.gate.checks import run_cell
 from hfexport.gate.schema import validate_cell
 from hfexport.tiny_models import sample_inputs, tiny_model
 
-NEW_TOKENS = 4
+NEW_TOKENS = checks.GENERATION_TOKENS  # the gate's greedy tokens, compared by checks._eager_tokens
 CACHE_UTILS = "src/transformers/cache_utils.py"
 # The top of StaticLayer.update in transformers 5.23 (the first lines after its docstring).
 STATIC_UPDATE_TOP = """        # Lazy initialization
@@ -38,17 +39,6 @@ DATA_DEPENDENT_BRANCH = """        if key_states.isnan().any():  # a data-depend
 """
 
 
-def _eager_tokens(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=NEW_TOKENS,
-            min_new_tokens=NEW_TOKENS,
-            do_sample=False,
-        )
-
-
 def _static_export(model: torch.nn.Module, backend: str = "dynamo"):
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": False})
     return AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config, cache="static")
@@ -59,7 +49,7 @@ def test_static_cache_generation_with_linear_attention_layers_matches_eager() ->
     # values: all of them go in and out of the decode program, so four greedy tokens equal eager's.
     model = tiny_model("FalconH1ForCausalLM", seed=0)
     input_ids = sample_inputs(model)["input_ids"]
-    expected = _eager_tokens(model, input_ids)
+    expected = checks._eager_tokens(model, input_ids)
     exported = _static_export(model)
     cache = exported.manifest["generation"]["cache"]
     assert cache["layout"] == "transformers-static"
@@ -76,7 +66,7 @@ def test_static_cache_decode_serves_every_step_of_a_sliding_window_model() -> No
     input_ids = sample_inputs(model)["input_ids"]
     exported = _static_export(model)
     produced = exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
-    assert produced.tolist() == _eager_tokens(model, input_ids).tolist()
+    assert produced.tolist() == checks._eager_tokens(model, input_ids).tolist()
 
 
 def test_a_window_shorter_than_the_prompt_is_declined_with_the_reason() -> None:

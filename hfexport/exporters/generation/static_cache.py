@@ -123,40 +123,33 @@ def sliding_windows(cache: Cache) -> list[int]:
     return [layer.max_cache_len for layer in cache.layers if getattr(layer, "is_sliding", False)]
 
 
-def _logits_and_states(model: PreTrainedModel, layout: StaticLayout, cache: Cache, **inputs: Any) -> dict[str, Any]:
-    outputs = model(**inputs, past_key_values=cache, use_cache=True)
-    return {"logits": outputs.logits[:, -1, :], "present_states": layout.read(cache)}
-
-
-class StaticCachePrefill(torch.nn.Module):
-    """The prompt on an empty ``StaticCache``: the last position's logits and the cache's states."""
+class _OnStaticCache(torch.nn.Module):
+    """A model run on a fresh ``StaticCache``, returning the last position's logits and the cache's states."""
 
     def __init__(self, model: PreTrainedModel, layout: StaticLayout):
         super().__init__()
         self.model = model
         self.layout = layout
+
+    def _logits_and_states(self, cache: Cache, **inputs: torch.Tensor) -> dict[str, Any]:
+        outputs = self.model(**inputs, past_key_values=cache, use_cache=True)
+        return {"logits": outputs.logits[:, -1, :], "present_states": self.layout.read(cache)}
+
+
+class StaticCachePrefill(_OnStaticCache):
+    """The prompt on an empty ``StaticCache``: the last position's logits and the cache's states."""
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
     ) -> dict[str, Any]:
         cache = static_cache(self.model, self.layout.max_cache_len)
-        return _logits_and_states(
-            self.model,
-            self.layout,
-            cache,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
+        return self._logits_and_states(
+            cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
         )
 
 
-class StaticCacheStep(torch.nn.Module):
+class StaticCacheStep(_OnStaticCache):
     """One new token on a ``StaticCache`` holding ``past_states``; ``attention_mask`` covers the tokens seen and it."""
-
-    def __init__(self, model: PreTrainedModel, layout: StaticLayout):
-        super().__init__()
-        self.model = model
-        self.layout = layout
 
     def forward(
         self,
@@ -168,11 +161,6 @@ class StaticCacheStep(torch.nn.Module):
     ) -> dict[str, Any]:
         cache = static_cache(self.model, self.layout.max_cache_len)
         self.layout.load(cache, past_states, cache_position, attention_mask.shape[1] - input_ids.shape[1])
-        return _logits_and_states(
-            self.model,
-            self.layout,
-            cache,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
+        return self._logits_and_states(
+            cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
         )
