@@ -279,17 +279,17 @@ def test_run_steps_execute_as_written(tmp_path):
         assert TOKEN not in log
 
 
-# ── The README's workflows ──
+# ── The workflows docs/action.md shows ──
 
 
-def readme_workflows() -> list[dict[str, Any]]:
-    """Every workflow the README shows (PyYAML reads their key ``on`` as True)."""
-    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def documented_workflows() -> list[dict[str, Any]]:
+    """Every workflow docs/action.md shows (PyYAML reads their key ``on`` as True)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "action.md").read_text(), re.S)
     return [w for w in map(yaml.safe_load, blocks) if isinstance(w, dict) and "jobs" in w]
 
 
-def test_every_readme_workflow_serializes_runs_and_leaves_no_token_on_disk():
-    workflows = readme_workflows()
+def test_every_documented_workflow_serializes_runs_and_leaves_no_token_on_disk():
+    workflows = documented_workflows()
     assert len(workflows) == 6  # one job, fork check, fork comment, matrix, impact map, exports on main
     for workflow in workflows:
         name = f"{workflow['name']} on {workflow[True]}"
@@ -324,7 +324,7 @@ def _closure(*names: str) -> set[str]:
 
 
 def test_the_trusted_comment_job_installs_only_pinned_wheels_and_runs_hfexport_s_own_code():
-    (workflow,) = [w for w in readme_workflows() if "workflow_run" in w[True]]
+    (workflow,) = [w for w in documented_workflows() if "workflow_run" in w[True]]
     (job,) = workflow["jobs"].values()
     checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"]["repository"] == "hf/export-check"  # never the PR's code

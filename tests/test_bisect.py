@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from checkout_fixture import LLAMA, commit, git, llama_source, make_checkout
 from click.testing import CliRunner
-from test_action import ACTION, readme_workflows
+from test_action import ACTION, documented_workflows
 from test_gate import DATA_DEPENDENT
 
 import hfexport
@@ -205,11 +205,11 @@ def test_the_answer_is_in_the_schema_the_terminal_and_the_comment() -> None:
         assert any("first_bad_commit" in error for error in schema.validate_report(data)), bad
 
 
-# ── The scheduled run on main (README) ──
+# ── The scheduled run on main (docs/action.md) ──
 
 
 def _main_workflow() -> dict:
-    (workflow,) = [w for w in readme_workflows() if w["name"] == "exports on main"]
+    (workflow,) = [w for w in documented_workflows() if w["name"] == "exports on main"]
     return workflow
 
 

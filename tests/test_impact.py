@@ -14,7 +14,7 @@ import pytest
 from checkout_fixture import LLAMA
 from click.testing import CliRunner
 from impact_fixture import IMPACT_GROUP, BuiltMap, build
-from test_action import STEPS, readme_workflows
+from test_action import STEPS, documented_workflows
 
 from hfexport.cli import main
 from hfexport.gate.impact import CodeUnit, ImpactMap, ImpactMapError, default_map
@@ -157,7 +157,7 @@ def _commands(run: str) -> list[list[str]]:
 
 
 def test_the_readme_workflow_builds_merges_and_saves_what_the_action_restores() -> None:
-    (workflow,) = [w for w in readme_workflows() if w["name"] == "impact map"]
+    (workflow,) = [w for w in documented_workflows() if w["name"] == "impact map"]
     steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
     runs = [step["run"].replace("${{ matrix.shard }}", "1") for step in steps if "run" in step]
     commands = [command for run in runs for command in _commands(run)]
