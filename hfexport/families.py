@@ -1,7 +1,8 @@
-"""The model types that stand for the families the exporters treat differently: one table, read at three sizes.
+"""The model types that stand for each family of architectures (decoder LM, MoE, encoder, ...): one table, read at
+three sizes by the gate's selection, the tests and the coverage sweep (no exporter reads it).
 
-- ``GATE_CLASSES``: the gate's representative set, the main head of each "gate" type (checked whenever shared code
-  such as ``modeling_utils.py`` or hfexport's exporters change, and by ``--models representative``);
+- ``GATE_CLASSES``: the gate's representative set, the main head of each "gate" type (selected when hfexport's own
+  exporters change, ``gate/changes.py``, and by ``--models representative``);
 - ``CORE_MODEL_TYPES``: the "gate" and "core" types, which every backend's own tests export and round-trip;
 - ``FAMILIES``: the named families' types, the coverage sweep's families and its ``representative`` set.
 

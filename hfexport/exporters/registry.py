@@ -5,7 +5,9 @@ runs; a *lowering swap* is a patch installed only around ExecuTorch lowering wit
 a repair), a *loading swap* one installed only while ``torch.export.load`` reads a saved program (a speed-up too). A
 *fix* rewrites the traced artifact: a node fix is ``(graph_module, node) -> changed``, a program fix
 ``(exported_program) -> changed``, an IR fix ``(onnx_ir.Model) -> changed``. An *ONNX translation* lowers one op
-with onnxscript. An *optimizer skip* names model classes whose ONNX export skips onnxscript's optimizer.
+with onnxscript. An *optimizer skip* names model classes whose ONNX export skips onnxscript's optimizer. *Static dims*
+name input dimensions kept static in models holding a module of the given classes, and *dim multiples* dimensions such
+models take only in multiples of a number (declared as a dynamic root times it).
 
 Every kind lives in one registry: a dict from key to workarounds in registration order. A key is a backend
 (``"dynamo"``, ``"onnx"``, ``"executorch"``) or one delegate of a backend (``"executorch.xnnpack"``); an export runs

@@ -79,7 +79,7 @@ class Generation:
 
 @dataclass
 class Metrics:
-    """What a passing cell's exported program is (``metrics.py``; README, "Export health"); None: not measured."""
+    """What a passing cell's exported program is (``metrics.py``; docs/health.md); None: not measured."""
 
     nodes: int | None = None  # operator nodes (ONNX: nodes of the model and its subgraphs; ExecuTorch: instructions)
     bytes: int | None = None  # the saved program's files, less its nodes' debug metadata (stack traces...)

@@ -27,7 +27,7 @@ BODY_LIMIT = 65000  # GitHub rejects comment bodies over 65,536 characters; keep
 ACTIONS_BOT = "github-actions[bot]"  # the author of comments posted with a workflow's GITHUB_TOKEN
 FORK_HINT = (
     "a pull_request run from a fork gets a read-only token: run `hfexport check` in the pull_request job, upload "
-    "the report, and post it from a `workflow_run` job (README: GitHub Action, fork pull requests)"
+    "the report, and post it from a `workflow_run` job (docs/action.md: pull requests from forks)"
 )
 
 log = logging.getLogger(__name__)
