@@ -43,7 +43,7 @@ def isolated_registries(monkeypatch):
     from hfexport.exporters.backends import import_backend_modules
 
     import_backend_modules()  # real backends register into the real registry first, never into this one
-    monkeypatch.setattr(registry, "_REGISTRY", type(registry._REGISTRY)(list))
+    monkeypatch.setattr(registry.kinds, "_REGISTRY", type(registry._REGISTRY)(list))  # the dict its functions read
     return registry
 
 
