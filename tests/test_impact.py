@@ -156,7 +156,7 @@ def _commands(run: str) -> list[list[str]]:
     return [words[next(i for i, w in enumerate(words) if w in ("hfexport", "hfexport.cli")) + 1 :] for words in lines]
 
 
-def test_the_readme_workflow_builds_merges_and_saves_what_the_action_restores() -> None:
+def test_the_documented_workflow_builds_merges_and_saves_what_the_action_restores() -> None:
     (workflow,) = [w for w in documented_workflows() if w["name"] == "impact map"]
     steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
     runs = [step["run"].replace("${{ matrix.shard }}", "1") for step in steps if "run" in step]

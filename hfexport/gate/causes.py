@@ -21,6 +21,10 @@ _OP = re.compile(r"\b(?P<op>(?:aten|prims|quantized_decomposed|transformers)[.:]
 _NO_TRANSLATION = ("No ONNX function found", "has no translation", "no lowering", "Unsupported FX nodes")
 # ExecuTorch's runtime names no operator when loading fails for a missing kernel: error 0x14 is OperatorMissing.
 _NO_KERNEL = ("Missing operator", "missing out variant", "OperatorMissing", "error: 0x:14", "error: 0x14")
+# What hfexport adds for an operator a backend lacks, in the reviewer's words (the comment names no hfexport path). The
+# modules: ONNX's translations and FX node fixes in workarounds/onnx.py, decompositions of ops ExecuTorch's runtime has
+# no kernel for in workarounds/kernels.py, ExecuTorch's other FX node fixes in workarounds/executorch.py.
+_MISSING_OP_WORKAROUND = {"onnx": "an ONNX translation or an FX node fix", "executorch": "an FX node fix"}
 _OUTPUT = re.compile(r"at the (?P<shape>traced|second) shape \((?P<inputs>.*)\): (?P<output>[^:]+): (?P<how>.+)")
 
 
@@ -144,8 +148,8 @@ def hint(cell: Cell, code: Callable[[str], str] = _backticked) -> str | None:
     if any(text in error for text in _NO_TRANSLATION):
         named = code(op["op"]) if op else "an operator"
         return (
-            f"no translation: {code(cell.backend)} cannot express {named}. Write it with ops it has, or ask for "
-            "a translation or an FX node fix in hfexport's workarounds for this backend."
+            f"no translation: {code(cell.backend)} cannot express {named}. Write it with ops it has, or ask hfexport "
+            f"for {_MISSING_OP_WORKAROUND.get(cell.backend, 'a workaround')} on this backend."
         )
     if any(text in error for text in _NO_KERNEL):
         named = code(op["op"]) if op else "an operator (the job's log names it)"
