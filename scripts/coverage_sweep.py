@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from hfexport.families import FAMILIES  # noqa: E402
 from hfexport.gate import changes, views  # noqa: E402
-from hfexport.gate.cells import BACKENDS, Cell, in_shard, parse_shard  # noqa: E402
+from hfexport.gate.cells import BACKENDS, GENERATION_KEYS, Cell, in_shard, parse_shard  # noqa: E402
 from hfexport.gate.run import CheckOptions, GateError, Target, run_check  # noqa: E402
 
 ENGINES = ("hfexport", "transformers")
@@ -205,7 +205,7 @@ _CELL_KEYS = (
     "error_type",
     "error",
     "max_abs_diff",
-    "generation",
+    *GENERATION_KEYS,
 )
 # When the gate started running every export at a second shape (commit df80b46).
 SECOND_SHAPE_SINCE = "2026-12-01T04:27:53Z"
@@ -256,8 +256,9 @@ def _record_text(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any]], u
         kept = {k: cell[k] for k in (*_CELL_KEYS, "created_at") if cell.get(k) is not None}
         if "error" in kept:
             kept["error"] = kept["error"][:_STORED_ERROR_CHARS]
-        if kept.get("generation", {}).get("detail"):
-            kept["generation"] = {**kept["generation"], "detail": kept["generation"]["detail"][:_STORED_ERROR_CHARS]}
+        for key in GENERATION_KEYS:
+            if kept.get(key, {}).get("detail"):
+                kept[key] = {**kept[key], "detail": kept[key]["detail"][:_STORED_ERROR_CHARS]}
         timings = cell.get("timings") or {}
         export = timings.get("export")
         if export is not None:  # an ONNX cell that lowered dynamo's trace: its export counts that trace too
@@ -335,11 +336,12 @@ def render(results: Path, doc: Path, store: Path | None = None) -> str:
         "",
     ]
     lines += _sweep_section(cells, runs, untimed)
-    lines += _totals_section(cells)
+    generation_runs = _generation_runs(runs)
+    lines += _totals_section(cells, generation_runs)
     lines += _builder_section(cells, types_of)
     lines += _variants_section(variant_cells, variant_runs)
     for backend in BACKENDS:
-        lines += _backend_section(cells, backend)
+        lines += _backend_section(cells, backend, generation_runs)
     text = "\n".join(lines).rstrip() + "\n"
     _write(doc, text)
     if store is not None:
@@ -505,7 +507,7 @@ def _shard_key(shard: str) -> tuple[int, int]:
     return int(count), int(index)
 
 
-def _totals_section(cells: dict[Key, dict[str, Any]]) -> list[str]:
+def _totals_section(cells: dict[Key, dict[str, Any]], generation_runs: set[tuple[str, str]]) -> list[str]:
     lines = [
         "## Totals",
         "",
@@ -533,15 +535,7 @@ def _totals_section(cells: dict[Key, dict[str, Any]]) -> list[str]:
             f"| {backend} | {len(compared)} | **{len(ours)}** | **{len(theirs)}** | {len(ours & theirs)} "
             f"| {len(ours - theirs)} | {len(theirs - ours)} | {' / '.join(medians)} |"
         )
-    lines += ["", *differences]
-    ran = [cell for (engine, _, _), cell in cells.items() if engine == "hfexport" and cell.get("generation")]
-    passed = sum(cell["generation"]["status"] == "pass" for cell in ran)
-    lines += [
-        "",
-        f"Generation (the gate's greedy generation of decoder LMs; the backend tables' last column): {len(ran)}",
-        f"hfexport cells ran it, {passed} passed. A cell swept without `--generation` says `not run`: its pass is the",
-        "export's alone.",
-    ]
+    lines += ["", *differences, *_generation_totals(cells, generation_runs)]
     lines += [
         "",
         "hfexport alone, over every class it ran on a backend whose tiny model builds and runs eagerly (classes the",
@@ -615,6 +609,8 @@ def _builder_section(cells: dict[Key, dict[str, Any]], types_of: dict[str, str])
         reason = reason.replace("|", "/").replace("\n", " ")
         reason = reason if len(reason) <= 160 else reason[:157] + "..."
         lines.append(f"| {types_of[model_class]} | {model_class} | `{reason.replace('`', '')}` |")
+    lines += ["", "Classes built only where an optional package imports (elsewhere not checked, `needs ...`):", ""]
+    lines += [f"- `{name}`: {', '.join(needs)}" for name, needs in sorted(tiny_models.NEEDS_PACKAGES.items())]
     lines += [
         "",
         f"{len(classless)} config types have no model class in the auto mappings the builder reads (sub-configs,",
@@ -624,7 +620,9 @@ def _builder_section(cells: dict[Key, dict[str, Any]], types_of: dict[str, str])
     return lines
 
 
-def _backend_section(cells: dict[Key, dict[str, Any]], backend: str) -> list[str]:
+def _backend_section(
+    cells: dict[Key, dict[str, Any]], backend: str, generation_runs: set[tuple[str, str]]
+) -> list[str]:
     compared = _compared(cells, backend)
     if not compared:
         return []
@@ -637,20 +635,100 @@ def _backend_section(cells: dict[Key, dict[str, Any]], backend: str) -> list[str
     ]
     for model_class in sorted(compared, key=lambda c: (cells[("hfexport", c, backend)]["model_type"], c)):
         ours, theirs = cells[("hfexport", model_class, backend)], cells[("transformers", model_class, backend)]
+        generation = _generation(ours, generation_runs)
         lines.append(
             f"| {ours['model_type']} | {model_class} | {_result(ours)} | {_result(theirs)} "
-            f"| {_diff(ours)} / {_diff(theirs)} | {_seconds(ours)} / {_seconds(theirs)} | {_generation(ours)} |"
+            f"| {_diff(ours)} / {_diff(theirs)} | {_seconds(ours)} / {_seconds(theirs)} | {generation} |"
         )
     return [*lines, ""]
 
 
-def _generation(cell: dict[str, Any]) -> str:
-    """A decoder LM's greedy generation part, as the gate ran it; "not run" where the sweep left it out."""
-    part = cell.get("generation")
-    if part is None:
-        return "not run"
-    detail = (part.get("detail") or "").replace("|", "/").replace("\n", " ").replace("`", "'")
-    return part["status"] if part["status"] in ("pass", "skipped") or not detail else f"{part['status']}: {detail[:80]}"
+# ── Generation ──
+
+
+@functools.cache
+def generating_class(model_class: str) -> bool:
+    """Whether the gate runs greedy generation on the tiny model of ``model_class`` (``checks.generates``)."""
+    from hfexport import tiny_models
+    from hfexport.gate.checks import generates
+
+    try:
+        cls = tiny_models.resolve_model_class(model_class)
+        return generates(cls, tiny_models.tiny_config(cls))
+    except Exception:  # a class the builder cannot make: its cells are in the builder's list, counted nowhere else
+        return False
+
+
+def _generation_runs(runs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(engine, created_at) of the runs swept with ``--generation``: their cells ran it wherever the gate does."""
+    return {(run["engine"], run["created_at"]) for run in runs if (run.get("sweep") or {}).get("generation")}
+
+
+def _generation_state(cell: dict[str, Any], generation_runs: set[tuple[str, str]]) -> str:
+    """A cell's generation: "ran" (its parts are in the cell), "not reached" (swept with generation, but the cell
+    failed before it), "not run" (swept without ``--generation``), or "" (the gate does not generate with the class)."""
+    if any(cell.get(key) for key in GENERATION_KEYS):
+        return "ran"
+    if (cell["engine"], cell.get("created_at")) in generation_runs:  # the gate itself decided, in the run
+        return "not reached" if cell["status"] != "pass" and generating_class(cell["model_class"]) else ""
+    return "not run" if generating_class(cell["model_class"]) else ""
+
+
+def _generation_totals(cells: dict[Key, dict[str, Any]], generation_runs: set[tuple[str, str]]) -> list[str]:
+    """Per backend, hfexport's decoder-LM cells: swept with generation, passing with it, and not run."""
+    lines = [
+        "",
+        "Generation, hfexport alone. The gate runs greedy generation on every decoder LM (hfexport's slot cache,",
+        "transformers' StaticCache, and transformers' exportable module on dynamo and ExecuTorch); a generation",
+        "failure fails the cell. Over the decoder-LM cells whose tiny model builds and runs eagerly:",
+        "",
+        "| backend | decoder-LM cells | swept with generation | pass, generation included | pass rate "
+        "| of the passes, a part not checked | generation not run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for backend in BACKENDS:
+        states: Counter = Counter()
+        for (engine, _, cell_backend), cell in cells.items():
+            if engine != "hfexport" or cell_backend != backend or _not_built(cell):
+                continue
+            state = _generation_state(cell, generation_runs)
+            if not state:
+                continue
+            states[state] += 1
+            if state == "ran" and cell["status"] == "pass":
+                states["pass"] += 1
+                parts = [cell.get(key) or {} for key in GENERATION_KEYS]
+                states["declined"] += any(part.get("status") == "not_checked" for part in parts)
+        swept = states["ran"] + states["not reached"]
+        if swept + states["not run"]:
+            rate = f"{100 * states['pass'] / swept:.1f} %" if swept else "—"
+            lines.append(
+                f"| {backend} | {swept + states['not run']} | {swept} | **{states['pass']}** | {rate} "
+                f"| {states['declined']} | {states['not run']} |"
+            )
+    return [
+        *lines,
+        "",
+        "Swept with generation: the cells of runs with `--generation`, those whose export failed before generation",
+        "included (they fail). A part `not checked` is one an exporter declines (hfexport's slot cache on",
+        "linear-attention layers, which keep conv and recurrent states; transformers' module where the StaticCache",
+        "part declined): the cell passes on the parts that ran, and its row says which part. Not run: swept without",
+        "`--generation`, so the cell's pass is the export's alone (the backend tables say `not run`).",
+    ]
+
+
+def _generation(cell: dict[str, Any], generation_runs: set[tuple[str, str]]) -> str:
+    """A backend table's generation column: "pass", each part that did not pass, "not run", "not reached" or "—"."""
+    state = _generation_state(cell, generation_runs)
+    if state != "ran":
+        return state or "—"
+    odd = []
+    for label, part in Cell.from_dict(cell).generation_parts():
+        if part.status != "pass":
+            detail = (part.detail or "").removeprefix("not checked: ")
+            detail = detail.replace("|", "/").replace("\n", " ").replace("`", "'")[:80]
+            odd.append(f"{label} {part.status.replace('_', ' ')}" + (f": {detail}" if detail else ""))
+    return "; ".join(odd) or "pass"
 
 
 # ── Command line ──

@@ -18,7 +18,7 @@ import torch.utils._pytree as pytree
 from support import load_script
 
 from hfexport.gate import report, schema, views
-from hfexport.gate.cells import Cell
+from hfexport.gate.cells import Cell, Generation
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,6 +182,56 @@ def test_the_committed_record_rebuilds_the_document_and_later_runs_replace_its_c
     assert "| onnx | 1 | **1** | **1** |" in text
     assert "4 gate runs" in text and "summed wall time hfexport 2 min, transformers.exporters 2 min" in text
     assert sweep.render(tmp_path / "fresh", doc, store) == text  # the reports are in the record now: no change
+
+
+def _generation_report(results: Path, engine: str, stamp: str, generation: bool, cells: list[Cell]) -> None:
+    data = report.new_report(engine, ["onnx"], {"mode": "models"}, {}, (1, 1), None)
+    data.created_at = stamp
+    argv = ["run", "--models", ",".join(cell.model_class for cell in cells), *(["--generation"] * generation)]
+    data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": argv, "generation": generation}
+    data.cells = cells
+    (results / f"{stamp.replace('-', '').replace(':', '')}-{engine}.json").write_text(views.to_json(data))
+
+
+def test_render_counts_generation_where_the_gate_runs_it_and_decoder_lms_swept_without_it_as_not_run(
+    tmp_path: Path,
+) -> None:
+    """Decoder-LM cells of a ``--generation`` sweep count as swept with it (a pass with a declined part, and a
+    failure before generation, included); one swept without it is ``not run``; an encoder counts nowhere."""
+    sweep = load_script("coverage_sweep")
+    results, store, doc = tmp_path / "results", tmp_path / "coverage.json", tmp_path / "coverage.md"
+    results.mkdir()
+    match = Generation("pass", "4 greedy tokens match eager")
+    declined = Generation("not_checked", "not checked: hfexport's slot cache holds attention keys and values only")
+    timed = {"timings": {"export": 1.0}}
+    swept_with_generation = [
+        Cell("llama", "LlamaForCausalLM", "onnx", "pass", generation=match, generation_static=match, **timed),
+        Cell("mistral", "MistralForCausalLM", "onnx", "pass", generation=declined, generation_static=match, **timed),
+        Cell(
+            "phi3", "Phi3ForCausalLM", "onnx", "fail", stage="onnx · x", error_type="RuntimeError", error="no", **timed
+        ),
+        Cell("bert", "BertForMaskedLM", "onnx", "pass", **timed),
+    ]
+    _generation_report(results, "hfexport", "2026-12-05T00:00:00Z", True, swept_with_generation)
+    swept_without = [Cell("qwen2", "Qwen2ForCausalLM", "onnx", "pass", **timed)]
+    _generation_report(results, "hfexport", "2026-12-05T00:00:01Z", False, swept_without)
+    competitor = [
+        Cell(cell.model_type, cell.model_class, "onnx", "pass", **timed)
+        for cell in swept_with_generation + swept_without
+    ]
+    _generation_report(results, "transformers", "2026-12-05T00:00:02Z", False, competitor)
+
+    text = sweep.render(results, doc, store)
+    assert "| onnx | 4 | 3 | **2** | 66.7 % | 1 | 1 |" in text
+    # The onnx table's last column, by class.
+    rows = [line.strip("| ").split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    generation = {columns[1]: columns[-1] for columns in rows}
+    slot_cache = "generation not checked: hfexport's slot cache holds attention keys and values only"
+    assert generation["LlamaForCausalLM"] == "pass" and generation["MistralForCausalLM"] == slot_cache
+    assert generation["Phi3ForCausalLM"] == "not reached" and generation["Qwen2ForCausalLM"] == "not run"
+    assert generation["BertForMaskedLM"] == "—"
+    # The record keeps every generation part: it alone renders the same document.
+    assert sweep.render(tmp_path / "fresh", doc, store) == text
 
 
 @pytest.mark.slow

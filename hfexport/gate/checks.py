@@ -299,14 +299,13 @@ def _patch_record(entry: dict[str, str] | str) -> dict[str, str]:
     return entry
 
 
-def _can_generate(model: Any) -> bool:
-    return bool(model.can_generate()) and not model.config.is_encoder_decoder and "input_ids" in _forward_inputs(model)
-
-
-def _forward_inputs(model: Any) -> set[str]:
+def generates(model_class: type, config: Any) -> bool:
+    """Whether the gate runs greedy generation on a model of ``model_class`` with ``config``: a decoder-only model
+    that can generate from ``input_ids`` (the coverage record counts its cells by this too)."""
     import inspect
 
-    return set(inspect.signature(model.forward).parameters)
+    forward_inputs = inspect.signature(model_class.forward).parameters
+    return bool(model_class.can_generate()) and not config.is_encoder_decoder and "input_ids" in forward_inputs
 
 
 def generation_available(engine_name: str) -> bool:
@@ -457,7 +456,7 @@ def _check(
                 cell.update(
                     metrics.measure(Path(scratch) / "export", loaded, inputs, backend, shared.job.get("health"))
                 )
-    if shared.job.get("generation") and generation_available(engine_name) and _can_generate(model):
+    if shared.job.get("generation") and generation_available(engine_name) and generates(type(model), model.config):
         traces = {"trace": shared.generation_traces} if shared.generation_traces is not None else {}
         _check_generation(model, reference, inputs, functools.partial(export, **traces), backend, cell, timings)
 
