@@ -584,6 +584,12 @@ def impact() -> None:
 @impact.command("build")
 @click.option("--models", help="Model types or class names, comma-separated.")
 @click.option("--all", "select_all", is_flag=True, help="Every architecture of the transformers checked.")
+@click.option(
+    "--variants",
+    is_flag=True,
+    help="Record, too, the config variants (Class@variant: rope types, sliding windows, ...) of each selected type's "
+    "default head, so that `check` selects a variant when a change reaches code only that variant runs.",
+)
 @click.option("--backends", default=",".join(FORMATS), show_default=True, callback=_backends, help="Comma-separated.")
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1), help="Jobs run in parallel.")
 @click.option("--shard", default="1/1", callback=_shard, help="K/N: record the K-th of N shares (as `check`).")
@@ -598,6 +604,7 @@ def impact() -> None:
 def impact_build(
     models: str | None,
     select_all: bool,
+    variants: bool,
     backends: list[str],
     jobs: int,
     shard: tuple[int, int],
@@ -624,7 +631,9 @@ def impact_build(
     options = CheckOptions(backends, jobs, shard=shard, budget_minutes=budget)
     options.cache_dir, options.export_health = None if no_cache else (cache_dir or default_cache_dir()), False
     try:
-        built = build_map(target_for(Path.cwd(), [], names, select_all, None, None), options, echo=_say)
+        target = target_for(Path.cwd(), [], names, select_all, None, None)
+        target.selection.variants = variants
+        built = build_map(target, options, echo=_say)
         built.dump(output)
     except (GateError, CacheError, ImpactMapError, OSError) as error:
         _fail(str(error))

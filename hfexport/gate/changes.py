@@ -26,7 +26,7 @@ from typing import Any
 
 from ..families import GATE_CLASSES
 from . import reach, touched
-from .impact import ImpactMap
+from .impact import VARIANT_SEPARATOR, ImpactMap, default_class
 from .touched import Touch, Touches
 
 MODEL_FILE = re.compile(
@@ -67,6 +67,7 @@ class Selection:
     classes: list[SelectedClass] = field(default_factory=list)
     names: list[str] = field(default_factory=list)  # --models / --all names the worker resolves to classes
     representative: bool = False
+    variants: bool = False  # names resolve to their type's default head's config variants too (``impact build``)
     reason: str = ""
     notes: list[str] = field(default_factory=list)  # one line per fallback taken (unreadable diff or map)
     # Model type -> its changed modular file (relative to the repository root): its modeling file is regenerated.
@@ -414,8 +415,9 @@ def _reached(
                 if touch.kind == "function"
                 else impact.classes_with_module(touch.module)
             )
-            hits = filter(None, map(walker.locate, sorted(names)))
+            hits = filter(None, map(walker.locate, sorted(n for n in names if default_class(n) == n)))
             found += [_selected(hit, tree, root, label, RANK_MAP) for hit in hits]
+            found += _variants_running(names, walker, tree, root, label)
         for hit in walker.reach(touch, fallback=not MODEL_FILE.search(touch.file)):
             if hit.model_class not in mapped:
                 how = _HOW.get(hit.how, "") if hit.distance in (1, reach.CLOSURE_DISTANCE) else ""
@@ -424,6 +426,23 @@ def _reached(
             reason = f"{modular} copies {touch.label}"
             found += [replace(c, reason=reason, rank=RANK_STATIC + 1) for c in classes_of_type(model_type, root)]
     tree.save()
+    return found
+
+
+def _variants_running(
+    names: set[str], walker: reach.StaticReach, tree: reach.SourceTree, root: Path | None, label: str
+) -> list[SelectedClass]:
+    """The config variants (``Class@variant``) among the classes whose records ran the touched code, where their
+    default class's record did not: a change that only a variant runs is checked on that variant (run after every
+    default cell, ``run._by_priority``); one that the default runs too is checked on the default alone."""
+    found = []
+    for name in sorted(names):
+        default = default_class(name)
+        hit = walker.locate(default) if default != name and default not in names else None
+        if hit is not None:
+            variant = name.partition(VARIANT_SEPARATOR)[2]
+            selected = _selected(hit, tree, root, f"{label} (config variant {variant} runs it)", RANK_MAP)
+            found.append(replace(selected, model_class=name))
     return found
 
 
@@ -512,7 +531,7 @@ def _transformers_dir(checkout: Path | None) -> Path | None:
 
 def _key(name: str) -> str:
     # A config variant's name ("LlamaForCausalLM@rope_dynamic", tiny_models.variants) names its class.
-    return name.partition("@")[0].strip().lower().replace("-", "_")
+    return default_class(name).strip().lower().replace("-", "_")
 
 
 def unknown_model_names(names: list[str], checkout: Path | None) -> dict[str, list[str]]:
@@ -533,7 +552,7 @@ def unknown_model_names(names: list[str], checkout: Path | None) -> dict[str, li
     known = {**types, **{name.lower(): name for name in classes}}
     found: dict[str, list[str]] = {}
     for name in unknown:
-        if name.partition("@")[0].strip() in classes:
+        if default_class(name).strip() in classes:
             continue
         close = difflib.get_close_matches(_key(name), list(known), n=3, cutoff=0.8)
         found[name] = [known[match] for match in close]

@@ -18,7 +18,9 @@ API for selection (the gate's parent imports this module: no torch here)::
     impact.classes_with_module("transformers.masking_utils")
     impact.executed("LlamaForCausalLM")                 # ExecutedUnit: unit, file, first_line, last_line
 
-A class absent from ``model_classes()`` has no record: select it by static analysis, never by the map.
+A class absent from ``model_classes()`` has no record: select it by static analysis, never by the map. A config
+variant's checks are recorded under its cells' name, ``"LlamaForCausalLM@rope_dynamic"`` (``default_class`` gives the
+class): selection adds a variant where its record holds changed code that its default class's does not.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ MAP_SCHEMA = 1
 MAP_KIND = "hfexport-impact-map"
 MAX_MAP_BYTES = 512 << 20  # a map for every class of a release is tens of MiB; past this it is not a map
 MAX_NAME = 1000  # longest module, qualified name or path a map may hold
+# Between a class and its config variant's name, as tiny_models.VARIANT_SEPARATOR (the gate's parent imports no torch).
+VARIANT_SEPARATOR = "@"
 # Recording edits 3.11 bytecode (impact_recorder.py); elsewhere checks run unrecorded and maps cannot be built.
 RECORDING_PYTHON = (3, 11)
 
@@ -120,7 +124,7 @@ class ImpactMap:
 
     def add(self, model_class: str, record: dict[str, Any]) -> None:
         """Add one cell's ``impact`` record (see ``impact_recorder.py``) to the class's."""
-        if not _is_identifier(model_class):
+        if not _is_class_name(model_class):
             raise ImpactMapError(f"{model_class[:80]!r} is no class name")
         parsed = _parse_record(record)
         held = self.records.setdefault(model_class, ClassRecord(set(), set()))
@@ -217,7 +221,7 @@ class ImpactMap:
             raise ImpactMapError("'modules' holds something that is no transformers module name")
         records = {}
         for name, entry in classes.items():
-            if not _is_identifier(name) or not isinstance(entry, dict):
+            if not _is_class_name(name) or not isinstance(entry, dict):
                 raise ImpactMapError(f"class entry {str(name)[:80]!r} is malformed")
             records[name] = ClassRecord(
                 {units[i] for i in _indices(entry.get("units"), len(units), name)},
@@ -235,6 +239,17 @@ def _is_name(value: Any) -> bool:
 
 def _is_identifier(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= MAX_NAME and value.isidentifier()
+
+
+def _is_class_name(value: Any) -> bool:
+    """A model class, or one of its config variants (``"LlamaForCausalLM@rope_dynamic"``, ``tiny_models.variants``)."""
+    base, separator, variant = value.partition(VARIANT_SEPARATOR) if isinstance(value, str) else ("", "", "")
+    return _is_identifier(base) and (not separator or _is_identifier(variant))
+
+
+def default_class(name: str) -> str:
+    """The class a config variant's name names (``"LlamaForCausalLM@rope_dynamic"`` -> ``"LlamaForCausalLM"``)."""
+    return name.partition(VARIANT_SEPARATOR)[0]
 
 
 def _is_module(value: Any) -> bool:

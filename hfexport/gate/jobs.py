@@ -106,8 +106,8 @@ class WorkerProcess:
         self.process.stdin.write(json.dumps(message) + "\n")
         self.process.stdin.flush()
 
-    def resolve(self, names: list[str], select_all: bool = False) -> dict[str, Any]:
-        self._send({"op": "resolve", "names": names, "all": select_all})
+    def resolve(self, names: list[str], select_all: bool = False, variants: bool = False) -> dict[str, Any]:
+        self._send({"op": "resolve", "names": names, "all": select_all, "variants": variants})
         return self._receive("resolved")
 
     def warm(self, modules: list[str]) -> None:

@@ -26,7 +26,7 @@ from .bisect import Range, bisect_new_failures
 from .cache import ResultCache
 from .cache import environment as cache_environment
 from .cells import BACKENDS, FAILURE_STATUSES, NOT_REGENERATED, SHARED_TRACE_BACKENDS, Cell, Frame, in_shard
-from .impact import ImpactMap, ImpactMapError, default_map, expected_versions
+from .impact import ImpactMap, ImpactMapError, default_class, default_map, expected_versions
 from .jobs import JobOptions, WorkerError, WorkerProcess, transformers_dir
 from .skips import skip_reason
 
@@ -173,7 +173,7 @@ def _facts(cache_dir: Path | None) -> Path | None:
 
 
 def _resolve_names(worker: WorkerProcess, selection: changes.Selection, checkout: Path | None) -> None:
-    resolved = worker.resolve(selection.names, selection.mode == "all")
+    resolved = worker.resolve(selection.names, selection.mode == "all", selection.variants)
     if resolved["errors"]:
         raise GateError("; ".join(resolved["errors"]))
     for entry in resolved["classes"]:
@@ -555,7 +555,7 @@ def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[Ce
             source = Frame(selected.file, selected.line) if selected.file else None
             cell = Cell(selected.model_type, selected.model_class, backend, source=source)
             cell.selected_because = selected.reason
-            reason = skip_reason(selected.model_class)
+            reason = skip_reason(default_class(selected.model_class))  # a config variant's too
             if reason:
                 cell.status, cell.skip_reason = "skipped", reason
             pairs.append((cell, selected))
@@ -563,22 +563,25 @@ def _cells(selection: changes.Selection, options: CheckOptions) -> list[tuple[Ce
 
 
 def _by_priority(pairs: list[tuple[Cell, changes.SelectedClass]]) -> list[tuple[Cell, changes.SelectedClass]]:
-    """Every model type on every backend first: the first class of each type on each backend, then the second...
+    """Every model type on every backend first: the first class of each type on each backend, then the second...;
+    config variants (``Class@variant``) in the rounds after every default class.
 
-    The order jobs start in, so a time budget that runs out leaves the later classes of the larger types, never a
-    whole type or backend unchecked. Types and the classes within a type go by how directly they run the change
-    (``SelectedClass.rank``: a changed own file, then an impact-map hit, then static analysis nearest first).
-    Deterministic: then the selection's order, the backends' order.
+    The order jobs start in, so a time budget that runs out leaves the later classes of the larger types, and the
+    variants, never a whole type or backend unchecked. Types and the classes within a type go by how directly they run
+    the change (``SelectedClass.rank``: a changed own file, then an impact-map hit, then static analysis nearest
+    first). Deterministic: then the selection's order, the backends' order.
     """
     best: dict[str, int] = {}
     for cell, selected in pairs:
         best[cell.model_type] = min(best.get(cell.model_type, selected.rank), selected.rank)
     types = {model_type: index for index, model_type in enumerate(dict.fromkeys(c.model_type for c, _ in pairs))}
-    count: dict[tuple[str, str], int] = {}
+    count: dict[tuple[bool, str, str], int] = {}
     keyed = []
     for position, (cell, selected) in sorted(enumerate(pairs), key=lambda item: (item[1][1].rank, item[0])):
-        within = count[(cell.model_type, cell.backend)] = count.get((cell.model_type, cell.backend), -1) + 1
-        keyed.append(((within, best[cell.model_type], types[cell.model_type], position), (cell, selected)))
+        variant = default_class(cell.model_class) != cell.model_class
+        round_of = (variant, cell.model_type, cell.backend)
+        within = count[round_of] = count.get(round_of, -1) + 1
+        keyed.append(((variant, within, best[cell.model_type], types[cell.model_type], position), (cell, selected)))
     return [pair for _, pair in sorted(keyed, key=lambda item: item[0])]
 
 

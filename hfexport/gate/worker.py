@@ -72,8 +72,9 @@ def install_checkout(root: Path | None) -> None:
 # ── Requests handled in the warm process ──
 
 
-def resolve(names: list[str], select_all: bool) -> dict[str, Any]:
-    """Model types / class names -> classes (type, class, file, line, module); unknown names are errors."""
+def resolve(names: list[str], select_all: bool, variants: bool = False) -> dict[str, Any]:
+    """Model types / class names -> classes (type, class, file, line, module); unknown names are errors. With
+    ``variants``, each type's default head found brings the config variants the builder makes of it (``Class@v``)."""
     import inspect
 
     from hfexport import tiny_models
@@ -104,7 +105,20 @@ def resolve(names: list[str], select_all: bool) -> dict[str, Any]:
                     "module": model_class.__module__,
                 }
             )
+            if variants and not separator and model_class is tiny_models.resolve_model_class(model_type):
+                classes += [{**classes[-1], "model_class": variant} for variant in _variant_names(model_class)]
     return {"op": "resolved", "classes": classes, "errors": errors}
+
+
+def _variant_names(model_class: type) -> list[str]:
+    """``Class@variant`` of every config variant the builder makes of ``model_class``."""
+    from hfexport import tiny_models
+
+    try:
+        found = tiny_models.config_variants(model_class)
+    except Exception:  # the default config does not build: its cells say why (not_checked), no variant can be made
+        return []
+    return [f"{model_class.__name__}{tiny_models.VARIANT_SEPARATOR}{v.name}" for v in found if v.unmade is None]
 
 
 def warm(modules: list[str]) -> None:
@@ -268,7 +282,7 @@ class Worker:
     def handle(self, request: dict[str, Any]) -> None:
         op = request.get("op")
         if op == "resolve":
-            self.send(resolve(request.get("names", []), request.get("all", False)))
+            self.send(resolve(request.get("names", []), request.get("all", False), request.get("variants", False)))
         elif op == "warm":
             warm(request.get("modules", []))
             if self.recorder is not None:
