@@ -1,7 +1,7 @@
 """Stage errors, the missing-dependency error, package versions and graph walking: the small helpers every exporter
 uses.
 
-The workaround registries live in ``registry.py``.
+The workaround registry lives in the ``registry`` package.
 """
 
 from __future__ import annotations
