@@ -7,14 +7,6 @@ is meant to shrink: remove an entry once the model is fixed.
 
 from __future__ import annotations
 
-# Longformer's sliding-window attention (LED reuses it) computes chunk counts as tensors with
-# torch.div(size, window, rounding_mode="trunc") and feeds them to view(): under torch.export the view size becomes
-# data-dependent (GuardOnDataDependentSymNode on every backend).
-_TENSOR_SIZED_CHUNKS = (
-    "chunk counts are tensors (torch.div on sizes) fed to view(): compute them with Python integer division on "
-    "sizes (size // window) in LongformerSelfAttention._chunk and _sliding_chunks_*"
-)
-
 # Cosmos3-Edge's tower resizes its position table per image to sizes read from grid_thw's values (F.interpolate with
 # size=(height, width) in Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings, modeling_cosmos3_edge.py:378):
 # the output size is data-dependent (GuardOnDataDependentSymNode on every backend).
@@ -82,10 +74,6 @@ EXPORT_SKIPS: dict[str, str] = {
     "Cosmos3EdgeVisionModel": _SIZE_FROM_GRID_VALUES,
     "VideoLlama3VisionModel": _UNSHUFFLE_FROM_GRID_VALUES,
     "LightGlueForKeypointMatching": _KEYPOINTS_BY_THRESHOLD,
-    "LongformerModel": _TENSOR_SIZED_CHUNKS,
-    "LongformerForMaskedLM": _TENSOR_SIZED_CHUNKS,
-    "LEDModel": _TENSOR_SIZED_CHUNKS,
-    "LEDForConditionalGeneration": _TENSOR_SIZED_CHUNKS,
 }
 
 

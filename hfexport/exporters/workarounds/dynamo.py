@@ -239,6 +239,37 @@ def _patch_nllb_moe_experts_dense(_original: Callable) -> Callable:
     return forward
 
 
+_LONGFORMER, _LED = "transformers.models.longformer.modeling_longformer", "transformers.models.led.modeling_led"
+
+
+@register_patch("dynamo", f"{_LONGFORMER}.torch", f"{_LED}.torch")
+def _patch_longformer_chunk_counts_as_sizes(original: types.ModuleType) -> Any:
+    # longformer, led: the sliding-window chunk counts are torch.div of sizes, a tensor that view() and new_zeros() read
+    # back ("Could not guard on data-dependent expression"); sizes divided as sizes stay symbolic (never negative,
+    # so trunc is floor).
+    def div(dividend: Any, divisor: Any, *, rounding_mode: str | None = None, **kwargs: Any) -> Any:
+        sizes = all(isinstance(value, (int, torch.SymInt)) for value in (dividend, divisor))
+        if sizes and rounding_mode in ("trunc", "floor") and not kwargs:
+            return dividend // divisor
+        return original.div(dividend, divisor, rounding_mode=rounding_mode, **kwargs)
+
+    return types.SimpleNamespace(**{**vars(original), "div": div})
+
+
+@register_patch("dynamo", f"{_LONGFORMER}.LongformerSelfAttention.forward", f"{_LED}.LEDEncoderSelfAttention.forward")
+def _patch_longformer_local_attention_checked(original: Callable) -> Callable:
+    # longformer, led: `if is_global_attn` branches on whether attention_mask marks any token global (`.any().item()`,
+    # "Could not guard on data-dependent expression Eq(u0, 1)"): the program keeps the local path and checks at run
+    # time that no token is global, as torch.export checks the sizes a trace fixed.
+    def forward(self: Any, *args: Any, is_global_attn: Any = None, **kwargs: Any) -> Any:
+        if isinstance(is_global_attn, torch.SymBool):
+            torch._check(torch.sym_not(is_global_attn), lambda: "the export runs local attention only")
+            is_global_attn = False
+        return original(self, *args, is_global_attn=is_global_attn, **kwargs)
+
+    return forward
+
+
 _AUTOFORMER = "transformers.models.autoformer.modeling_autoformer"
 _INFORMER = "transformers.models.informer.modeling_informer"
 
