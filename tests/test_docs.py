@@ -96,3 +96,14 @@ def test_the_pre_commit_page_configures_the_hook_this_repository_defines() -> No
     (repo,) = yaml.safe_load(config)["repos"]
     assert [h["id"] for h in repo["hooks"]] == [hook["id"]]
     assert f"default: the fast backends, {hook['args'][0]}" in config  # the comment says the hook's own default
+
+
+@pytest.mark.slow  # 40 s: two tiny Llama exports (ONNX, then dynamo and ONNX from one trace); test_shared_trace.py
+def test_the_python_page_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the example saves into ./llama-onnx
+    names: dict[str, object] = {}
+    for block in re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "python.md").read_text(), re.S):
+        exec(compile(block, "docs/python.md", "exec"), names)  # each block runs on the names the ones above defined
+    assert type(names["outputs"]).__name__ == "CausalLMOutputWithPast"
+    assert (tmp_path / "llama-onnx" / "model.onnx").is_file()
+    assert names["onnx"].components["model"]["trace_shared_from"] == "dynamo"  # "no second torch.export"
