@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import operator
+import re
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
 
+from hfexport import model_keyed
 from hfexport.compat import resolve
 from hfexport.exporters import registry
 from hfexport.exporters.registry import (
@@ -35,6 +39,7 @@ from hfexport.exporters.registry import (
     unresolved_targets,
 )
 from hfexport.exporters.workarounds import dynamo as _dynamo_workarounds  # noqa: F401 - the declarations looked up here
+from tests.checkout_fixture import INSTALLED, commit, make_checkout
 
 
 @pytest.fixture
@@ -438,3 +443,103 @@ def test_a_target_defined_by_a_missing_internal_is_absent_with_its_feature_off(i
     assert "UNRESOLVED onnx _aten_op_renamed_upstream" in result.output
     with pytest.raises(ValueError, match="not a transformers internal declared"):
         register_onnx_translation("operator.floordiv", defined_by="transformers.undeclared")
+
+
+def test_the_listing_counts_every_kind_and_everything_resolves_in_the_installed_transformers() -> None:
+    from click.testing import CliRunner
+
+    from hfexport.cli import main
+
+    result = CliRunner().invoke(main, ["registry", "--check"])
+    assert result.exit_code == 0, result.output
+    counts = {}
+    for line in result.output.splitlines():
+        if listed := re.fullmatch(r"\d+ (?:workaround|model-keyed exception)\(s\): (.+)", line):
+            counts.update(entry.split(" ") for entry in listed[1].split(", "))
+    assert set(counts) == {*registry.WORKAROUND_KINDS, *registry.MODEL_KEYED_KINDS} - {registry.EXPORT_SKIP}
+    assert all(int(count) > 0 for count in counts.values()), counts
+    assert "tiny_model_entry   hfexport.tiny_models.tables.overrides.DEGENERATE_INIT" in result.output
+    assert "every patch target and model-keyed exception, all" in result.output
+
+
+BERT_RENAMED = "transformers.models.bert.modeling_bert.BertRenamedModel"
+
+
+@pytest.fixture
+def isolated_model_exceptions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the model-keyed exceptions a test declares (the real ones are declared first, never into its list)."""
+    model_keyed.model_exceptions()
+    monkeypatch.setattr(model_keyed, "_MODEL_EXCEPTIONS", [])
+
+
+def test_a_model_keyed_exception_is_absent_without_its_model_and_unresolved_under_another_name(
+    isolated_model_exceptions: None,
+) -> None:
+    from click.testing import CliRunner
+
+    from hfexport.cli import main
+
+    model_keyed.declare(
+        registry.EXPORT_SKIP,
+        "TEST_SKIPS",
+        "stands in for a skip whose class was renamed upstream",
+        {"transformers.models.no_such_model.modeling_no_such_model.NoSuchModel": "", BERT_RENAMED: ""},
+    )
+    model_keyed.declare(registry.TINY_MODEL_ENTRY, "TEST_TYPES", "stands in for a newer type", ("no_such_type", "bert"))
+    result = CliRunner().invoke(main, ["registry", "--kind", "export_skip", "--kind", "ir_fix", "--check"])
+    assert result.exit_code == 1
+    assert "2 model-keyed exception(s): export_skip 2" in result.output
+    assert re.search(r"^\d+ workaround\(s\): ir_fix \d+$", result.output, re.MULTILINE)
+    assert "absent model export_skip TEST_SKIPS: transformers.models.no_such_model" in result.output
+    assert f"UNRESOLVED export_skip TEST_SKIPS: {BERT_RENAMED}" in result.output
+    types = CliRunner().invoke(main, ["registry", "--kind", "tiny_model_entry", "--check"])
+    assert types.exit_code == 0, types.output
+    assert "workaround(s)" not in types.output
+    assert "2 model-keyed exception(s): tiny_model_entry 2" in types.output
+    assert "absent model tiny_model_entry TEST_TYPES: model type 'no_such_type'" in types.output
+    assert "TEST_TYPES: model type 'bert'" not in types.output
+
+
+def test_registry_options_that_select_nothing_are_usage_errors() -> None:
+    from click.testing import CliRunner
+
+    from hfexport.cli import main
+
+    unknown = CliRunner().invoke(main, ["registry", "--kind", "patches"])
+    assert unknown.exit_code == 2
+    assert "--kind patches: not a kind; one of patch, lowering_swap" in unknown.output
+    crossed = CliRunner().invoke(main, ["registry", "--backend", "onnx", "--kind", "cache_type"])
+    assert crossed.exit_code == 2
+    assert "--kind cache_type: model-keyed, not a backend's: leave out --backend" in crossed.output
+
+
+# The installed file, a name in it, the name it gets in the checkout.
+_RENAMED = {
+    "models/reformer/modeling_reformer.py": ("ReformerDynamicCache", "ReformerBucketCache"),
+    "models/auto/auto_mappings.py": ('("timesfm2_5",', '("timesfm_2_5",'),
+}
+
+
+def test_check_in_a_checkout_that_renamed_the_models_reports_each_model_keyed_exception(tmp_path: Path) -> None:
+    # A cache type, a skipped class and a tiny-model type renamed upstream: their exceptions no longer apply there.
+    checkout = make_checkout(tmp_path / "transformers")
+    files = {
+        f"src/transformers/{path}": (INSTALLED / path).read_text().replace(*names) for path, names in _RENAMED.items()
+    }
+    commit(checkout, files, "rename three models' names")
+    kinds = [option for kind in registry.MODEL_KEYED_KINDS for option in ("--kind", kind)]  # no backend to load
+    command = [sys.executable, "-m", "hfexport.cli", "registry", *kinds, "--check", "--checkout", str(checkout)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    model_keyed_lines = {
+        line
+        for line in result.stderr.splitlines()
+        if re.match(r"UNRESOLVED (export_skip|cache_type|tiny_model_entry) ", line)
+    }
+    reformer = "transformers.models.reformer.modeling_reformer"
+    assert model_keyed_lines == {
+        f"UNRESOLVED cache_type _OTHER_CACHE_TYPES: {reformer}.ReformerDynamicCache: "
+        f"'{reformer}' has no attribute 'ReformerDynamicCache'",
+        "UNRESOLVED tiny_model_entry OVERRIDES: model type 'timesfm2_5' is not in "
+        "transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES",
+    }

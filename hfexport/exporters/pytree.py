@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .. import compat
+from ..model_keyed import CACHE_TYPE, declare
 from ..torch_compat import pytree
 
 _TENSOR = "__tensor__"
@@ -43,12 +44,16 @@ _CACHE_LAYER_TYPES = (
     "transformers.cache_utils.DummyLayer",
 )
 
-# Caches that models return without deriving from Cache: registered and walked the same way.
-_OTHER_CACHE_TYPES = (
-    "transformers.models.reformer.modeling_reformer.ReformerDynamicCache",
-    "transformers.models.xlstm.modeling_xlstm.xLSTMCache",
-    "transformers.models.voxtral_realtime.modeling_voxtral_realtime.VoxtralRealtimeConv1dPaddingCache",
-    "transformers.models.voxtral_realtime.modeling_voxtral_realtime.VoxtralRealtimeConv1dCacheLayer",
+_OTHER_CACHE_TYPES = declare(
+    CACHE_TYPE,
+    "_OTHER_CACHE_TYPES",
+    "models return these caches without deriving from Cache: registered with pytree and walked as a Cache is",
+    (
+        "transformers.models.reformer.modeling_reformer.ReformerDynamicCache",
+        "transformers.models.xlstm.modeling_xlstm.xLSTMCache",
+        "transformers.models.voxtral_realtime.modeling_voxtral_realtime.VoxtralRealtimeConv1dPaddingCache",
+        "transformers.models.voxtral_realtime.modeling_voxtral_realtime.VoxtralRealtimeConv1dCacheLayer",
+    ),
 )
 
 

@@ -14,16 +14,25 @@ Every kind lives in one registry: a dict from key to workarounds in registration
 (``"dynamo"``, ``"onnx"``, ``"executorch"``) or one delegate of a backend (``"executorch.xnnpack"``); an export runs
 the keys its exporter's ``workaround_keys`` names, in that order (the one rule, for every backend: ``HfExporter``).
 
-The model-keyed kinds (``model_keyed``) are tables their own readers keep: *export skips*, *cache types* and
+The model-keyed kinds (``hfexport/model_keyed.py``) are tables their own readers keep: *export skips*, *cache types* and
 *tiny-model entries*, declared through the registry so that ``hfexport registry`` lists and checks them too.
 
 Modules by role: ``kinds`` (the kinds, ``Workaround``, the ``register_*`` decorators), ``installing`` (patches installed
 around one export and undone after), ``applying`` (translations, per-model declarations, fixes), ``resolving`` (what
-``--check`` resolves), ``model_keyed``.
+``--check`` resolves).
 """
 
 from __future__ import annotations
 
+from ...model_keyed import (
+    CACHE_TYPE,
+    EXPORT_SKIP,
+    MODEL_KEYED_KINDS,
+    TINY_MODEL_ENTRY,
+    ModelException,
+    declare,
+    model_exceptions,
+)
 from .applying import (
     apply_ir_fixes,
     apply_node_fixes,
@@ -46,6 +55,7 @@ from .kinds import (
     PATCH,
     PROGRAM_FIX,
     STATIC_DIMS,
+    WORKAROUND_KINDS,
     Keys,
     LoadedTargets,
     Workaround,
@@ -63,16 +73,6 @@ from .kinds import (
     register_static_dims,
     registered,
     workaround_reason,
-)
-from .model_keyed import (
-    CACHE_TYPE,
-    EXPORT_SKIP,
-    MODEL_KEYED_KINDS,
-    TINY_MODEL_ENTRY,
-    ModelException,
-    declare,
-    declared_builder,
-    model_exceptions,
 )
 from .resolving import ABSENT_FEATURE, ABSENT_MODEL, unresolved_models, unresolved_targets
 
@@ -93,6 +93,7 @@ __all__ = [
     "PROGRAM_FIX",
     "STATIC_DIMS",
     "TINY_MODEL_ENTRY",
+    "WORKAROUND_KINDS",
     "_REGISTRY",
     "Keys",
     "LoadedTargets",
@@ -106,7 +107,6 @@ __all__ = [
     "apply_patches",
     "apply_program_fixes",
     "declare",
-    "declared_builder",
     "dim_multiples",
     "merged_records",
     "model_exceptions",

@@ -20,6 +20,18 @@ IR_FIX = "ir_fix"
 OPTIMIZER_SKIP = "optimizer_skip"
 STATIC_DIMS = "static_dims"
 DIM_MULTIPLES = "dim_multiples"
+WORKAROUND_KINDS = (
+    PATCH,
+    LOWERING_SWAP,
+    LOADING_SWAP,
+    NODE_FIX,
+    PROGRAM_FIX,
+    ONNX_TRANSLATION,
+    IR_FIX,
+    OPTIMIZER_SKIP,
+    STATIC_DIMS,
+    DIM_MULTIPLES,
+)
 
 Keys = str | Sequence[str]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 
 from ...compat import UnresolvedPathError, resolve, resolve_path
+from ...model_keyed import ModelException, model_exceptions
 from .kinds import Workaround, all_workarounds
-from .model_keyed import ModelException, model_exceptions
 
 _MODEL_TYPES = "transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES"
 
@@ -55,7 +55,7 @@ def _internal_absent(path: str) -> bool:
     return False
 
 
-def unresolved_models(kind: str | None = None) -> list[tuple[ModelException, str, str | None]]:
+def unresolved_models() -> list[tuple[ModelException, str, str | None]]:
     """Every (model-keyed exception, reason, absent) whose model does not resolve in the installed transformers.
 
     A dotted class path resolves as a patch target does; a model type is one ``CONFIG_MAPPING_NAMES`` maps. ``absent``
@@ -64,7 +64,7 @@ def unresolved_models(kind: str | None = None) -> list[tuple[ModelException, str
     """
     missing = []
     model_types = resolve(_MODEL_TYPES)
-    for exception in model_exceptions(kind):
+    for exception in model_exceptions():
         for model in exception.models:
             if model.startswith("transformers."):
                 try:

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from ...model_keyed import TINY_MODEL_ENTRY, declare
 from ..classes import class_names
 from ..tables import DECODER_CODEBOOKS, PADDED_MASK_TYPES
 from .draw import sequence_ids, token_ids
@@ -92,6 +93,14 @@ def _drafter_attention_mask(r: Request) -> dict[str, torch.Tensor]:
     # size of tensor a (s30 + s39) must match the size of tensor b (s30)". Generation passes one spanning both.
     positions = r.inputs["context_hidden_states"].shape[1] + r.inputs["noise_embeds"].shape[1]
     return {"attention_mask": torch.ones(r.batch_size, positions, dtype=torch.long)}
+
+
+declare(
+    TINY_MODEL_ENTRY,
+    "_drafter_attention_mask",
+    "a mask over the target's context and the noise block: a trace without one masks the noise block alone",
+    ("muse_glimmer_assistant",),
+)
 
 
 def _is_prefix_lm(r: Request) -> bool:

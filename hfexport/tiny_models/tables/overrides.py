@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...model_keyed import TINY_MODEL_ENTRY, declare
 from .sizes import (
     CAPS,
     EXPERTS,
@@ -75,7 +76,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2]},
     # TimesFM 2.5 normalizes its context patch by patch in a Python loop: the default 16,384 steps (512 patches)
     # unrolled into the trace (235 s on torch.export, over 600 s on ONNX); 8 patches keep the loop and its code.
-    "timesfm2_5": {"context_length": 256},
+    **declare(
+        TINY_MODEL_ENTRY,
+        "OVERRIDES",
+        "a context of 8 patches: the default 512 unroll a Python loop into the trace (235 s on torch.export)",
+        {"timesfm2_5": {"context_length": 256}},
+    ),
     # The block pattern repeats over the layers: two layers must still contain an attention block.
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
     # Group norms over the narrowest tiny stage (16 channels).
@@ -349,7 +355,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 #   memory to ~1e-10, so every detection score ties and top-k's pick depends on the runtime (ONNX 3.9 apart): unit
 #   BatchNorm scales and fan-in scaled convs, as trained checkpoints have.
 # "router_gates": afmoe zero-initialises its router, so every expert score ties (ONNX 0.11 apart): drawn as linears.
-DEGENERATE_INIT = {
-    **dict.fromkeys(("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v3", "pp_doclayout_v4"), "conv_scales"),
-    "afmoe": "router_gates",
-}
+DEGENERATE_INIT = declare(
+    TINY_MODEL_ENTRY,
+    "DEGENERATE_INIT",
+    "weights redrawn: their own init ties every detection score or expert score, and runtimes break ties apart",
+    {
+        **dict.fromkeys(
+            ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v3", "pp_doclayout_v4"), "conv_scales"
+        ),
+        "afmoe": "router_gates",
+    },
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...model_keyed import TINY_MODEL_ENTRY, declare
 from .sizes import FRAMES
 
 # ── Sample inputs ──
@@ -26,7 +27,12 @@ STACKED_FRAMES = {"granite_speech5_encoder": 4}
 # Text towers whose eager attention skips the causal mask when no token is padded (Aimv2Attention.is_causal is False
 # and sdpa's mask is dropped for an all-ones attention_mask), while a trace always builds it: an unpadded sample
 # compares bidirectional eager attention with the exported causal one (2.5 apart). Their sample rows are padded.
-PADDED_MASK_TYPES = ("aimv2", "aimv2_text_model")
+PADDED_MASK_TYPES = declare(
+    TINY_MODEL_ENTRY,
+    "PADDED_MASK_TYPES",
+    "sample rows padded: an unpadded mask lets eager skip the causal mask a trace always builds (2.5 apart)",
+    ("aimv2", "aimv2_text_model"),
+)
 # Qwen-VL-style towers whose flat patches are (patches, channels, patch, patch) images their patch conv embeds.
 PATCH_IMAGE_TYPES = ("kimi_k25_vision",)
 # Model type -> forward arguments its signature leaves optional but its forward cannot run without.
