@@ -23,6 +23,7 @@ from hfexport.exporters import (
     registry,
 )
 from hfexport.exporters import pytree as export_pytree
+from hfexport.gate.checks import SECOND_SHAPE
 from hfexport.gate.skips import EXPORT_SKIPS
 from hfexport.tiny_models import resolve_model_class, sample_inputs, tiny_model
 from hfexport.tiny_models.inputs.precomputed import recorded_layout
@@ -207,6 +208,28 @@ NEEDED = [
     ),
     # The translation fails on prims.erf_inv (the first line of the error names the stage only).
     ("Gemma3nForCausalLM", "onnx", "onnx", ("_patch_gaussian_cutoff_as_constant",), "stage 4"),
+    (
+        "Qwen4ExpTextModel",
+        "dynamo",
+        "dynamo",
+        ("_patch_qwen4_exp_block_selection_by_masks",),
+        "Could not guard on data-dependent expression",
+    ),
+    (
+        "FastSpeech2ConformerModel",
+        "dynamo",
+        "dynamo",
+        ("_patch_fastspeech2_length_regulator_as_gather",),
+        "Could not guard on data-dependent expression",
+    ),
+    # With the durations expanded, the decoder's table rebuild is the next test of the frame count.
+    (
+        "FastSpeech2ConformerModel",
+        "dynamo",
+        "dynamo",
+        ("_patch_fastspeech2_relative_positions_built_to_size",),
+        r"data-dependent expression 2\*u0 - 1 <= 9999",
+    ),
 ]
 
 
@@ -220,6 +243,8 @@ SLOW_MODELS = {
     "ProphetNetForCausalLM",
     "Gemma3nForCausalLM",
     "DeepseekV2ForCausalLM",
+    "Qwen4ExpTextModel",
+    "FastSpeech2ConformerModel",
 }
 
 
@@ -424,6 +449,64 @@ def test_udop_uncovered_patches_by_scatter_are_the_models_selection(max_len: int
     expected = udop.combine_image_text_embeddings(image, text.clone(), *arguments[1:])
     for got, want in zip(patched(image, text.clone(), *arguments[1:]), expected, strict=True):
         assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("window", [None, 8])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_qwen4_exp_block_selection_by_masks_is_the_indexers(window: int | None, dtype: torch.dtype) -> None:
+    # Rows left-padded by 0, 3 and 6 tokens, causal or within a sliding window: each query sees its own number of
+    # visible tokens, whole blocks and tail (none at all before the padding ends); a bool (sdpa) or float mask.
+    from transformers.models.qwen4_exp import modeling_qwen4_exp as qwen4_exp
+
+    from hfexport.exporters.workarounds import dynamo as dynamo_workarounds
+
+    model = tiny_model("Qwen4ExpTextModel")
+    indexer = next(module for module in model.modules() if isinstance(module, qwen4_exp.Qwen4ExpTextQSAIndexer))
+    captured: list[tuple] = []
+    indexer.register_forward_pre_hook(lambda _module, args: captured.append(args))
+    with torch.no_grad():
+        input_ids = torch.randint(0, model.config.vocab_size, (3, 13), generator=torch.Generator().manual_seed(0))
+        model(input_ids=input_ids, use_cache=False)
+    hidden_states, position_embeddings = captured[0][:2]
+    positions = torch.arange(13)
+    seen = positions[None] <= positions[:, None]
+    if window is not None:
+        seen &= positions[:, None] - positions[None] < window
+    seen = (seen[None] & (positions >= torch.tensor([0, 3, 6])[:, None, None]))[:, None]
+    mask = seen if dtype is torch.bool else torch.where(seen, 0.0, torch.finfo(dtype).min)
+    original = qwen4_exp.Qwen4ExpTextQSAIndexer.forward
+    patched = dynamo_workarounds._patch_qwen4_exp_block_selection_by_masks(original)
+    with torch.no_grad():
+        expected = original(indexer, hidden_states, position_embeddings, mask, None)
+        assert torch.equal(patched(indexer, hidden_states, position_embeddings, mask, None), expected)
+    assert not torch.equal(expected, seen)  # the budget left blocks out
+
+
+@pytest.mark.parametrize("speaking_speed", [1.0, 1.6])
+def test_fastspeech2_length_regulator_as_gather_is_the_models(speaking_speed: float) -> None:
+    # Phonemes of no frame, a row of no frame at all; when every duration is 0, eager makes each 1 in place.
+    from transformers.models.fastspeech2_conformer import modeling_fastspeech2_conformer as fastspeech2
+
+    from hfexport.exporters.workarounds import dynamo as dynamo_workarounds
+
+    original = fastspeech2.length_regulator
+    patched = dynamo_workarounds._patch_fastspeech2_length_regulator_as_gather(original)
+    embeddings = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    for durations in (torch.tensor([[2, 0, 3, 1, 0], [0, 0, 0, 0, 0], [1, 4, 0, 0, 2]]), torch.zeros(3, 5)):
+        durations, expected_durations = durations.long(), durations.long().clone()
+        expected = original(embeddings, expected_durations, speaking_speed)
+        assert torch.equal(patched(embeddings, durations, speaking_speed), expected)
+        assert torch.equal(durations, expected_durations)
+
+
+@pytest.mark.parametrize("model_class", ["Qwen4ExpTextModel", "FastSpeech2ConformerModel"])
+def test_data_dependent_selections_run_at_the_gates_second_shape(model_class: str) -> None:
+    # Qwen4-Exp's queries see other block counts there; FastSpeech2's spectrogram, 1 frame long at the traced
+    # inputs, is 11 frames long (its length is the program's own data-dependent size).
+    model = tiny_model(model_class)
+    exported = _export(model, sample_inputs(model), "dynamo")
+    second = sample_inputs(model, seed=1, **SECOND_SHAPE)
+    _assert_matches_eager(model, exported, second)
 
 
 class _SmallEpsilonNorm(torch.nn.Module):

@@ -23,27 +23,12 @@ _SIZES_FROM_PIXEL_MASK = (
     "patch grid and mask the padded patches in ViltEmbeddings.visual_embed"
 )
 
-# FastSpeech2-Conformer's length regulator branches on the predicted durations (`if duration_labels.sum() == 0`) and
-# repeats each phoneme by its duration in a loop over the batch (length_regulator, modeling_fastspeech2_conformer.py:108
-# in 5.23): the spectrogram length is a value of the model's own prediction.
-_LENGTH_FROM_DURATIONS = (
-    "the spectrogram length is the sum of predicted durations, branched on in Python: clamp the durations with "
-    "torch.where and expand with one repeat_interleave (no branch, no loop over the batch) in length_regulator"
-)
-
 # OmDet-Turbo keys a language cache on each prompt's token ids (`tuple(ids[mask != 0].tolist())`,
 # _get_cache_key_at_index, modeling_omdet_turbo.py:1028 in 5.23) and regroups class embeddings in a loop over the
 # values of classes_structure: both read tensor values in Python.
 _CACHE_KEYED_ON_TOKENS = (
     "the language cache is keyed on token ids read with .tolist() and class embeddings are regrouped by the values "
     "of classes_structure: embed without the cache and regroup with a mask in get_language_embedding"
-)
-
-# Qwen4-Exp's QSA indexer loops over every batch row and query position and selects tokens with torch.nonzero
-# (Qwen4ExpTextQSAIndexer.forward, `if num_complete_blocks > 0`, modeling_qwen4_exp.py:733 in 5.23).
-_PER_QUERY_NONZERO = (
-    "the QSA indexer loops over batch rows and query positions and selects blocks with nonzero(): select them with "
-    "masked top-k over all blocks at once in Qwen4ExpTextQSAIndexer.forward"
 )
 
 # VideoLLaMA3's tower unshuffles and interpolates each image to sizes read from grid_thw's values (`for ... (t, h, w)
@@ -64,13 +49,7 @@ _KEYPOINTS_BY_THRESHOLD = (
 
 EXPORT_SKIPS: dict[str, str] = {
     "ViltModel": _SIZES_FROM_PIXEL_MASK,
-    "FastSpeech2ConformerModel": _LENGTH_FROM_DURATIONS,
-    "FastSpeech2ConformerWithHifiGan": _LENGTH_FROM_DURATIONS,
     "OmDetTurboForObjectDetection": _CACHE_KEYED_ON_TOKENS,
-    "Qwen4ExpModel": _PER_QUERY_NONZERO,
-    "Qwen4ExpTextModel": _PER_QUERY_NONZERO,
-    "Qwen4ExpForCausalLM": _PER_QUERY_NONZERO,
-    "Qwen4ExpForConditionalGeneration": _PER_QUERY_NONZERO,
     "Cosmos3EdgeVisionModel": _SIZE_FROM_GRID_VALUES,
     "VideoLlama3VisionModel": _UNSHUFFLE_FROM_GRID_VALUES,
     "LightGlueForKeypointMatching": _KEYPOINTS_BY_THRESHOLD,

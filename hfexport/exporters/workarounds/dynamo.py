@@ -201,6 +201,103 @@ def _patch_pe_audio_video_alignment_as_gather(_original: Callable) -> Callable:
     return align
 
 
+@register_patch("dynamo", "transformers.models.qwen4_exp.modeling_qwen4_exp.Qwen4ExpTextQSAIndexer.forward")
+def _patch_qwen4_exp_block_selection_by_masks(original: Callable) -> Callable:
+    # qwen4_exp (QSA layers): the indexer loops over batch rows and query positions, finds each query's visible
+    # tokens with nonzero and branches on their count ("Could not guard on data-dependent expression"); the same
+    # blocks for every query at once: tokens found by their visible rank, the top block_topk kept by counting.
+    rotate = original.__globals__["apply_rotary_pos_emb"]
+
+    def forward(
+        self: Any,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor,
+        past_key_values: Any,
+    ) -> torch.Tensor:
+        batch, queries, _ = hidden_states.shape
+        full_cos, full_sin = position_embeddings
+        sizes = [self.index_n_heads * self.index_head_dim, self.index_kv_heads * self.index_head_dim]
+        q, raw_keys = self.index_qk_proj(hidden_states).split(sizes, dim=-1)
+        q = self.q_layernorm(q.reshape(batch, queries, -1, self.index_head_dim))
+        q = rotate(q, cos=full_cos[:, -queries:], sin=full_sin[:, -queries:], unsqueeze_dim=2)
+        if past_key_values is not None:
+            raw_keys = past_key_values.update_indexer(raw_keys, self.layer_idx)
+        visible = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+        visible = visible[:, 0].expand(batch, queries, -1)
+        ratio, keys = self.compress_ratio, visible.shape[-1]
+        ranks = visible.to(torch.int64).cumsum(-1)  # visible tokens up to each position, itself included
+        complete = ranks[..., -1:] // ratio  # whole blocks per query
+        # Block j holds the visible tokens of ranks j*ratio .. j*ratio+ratio-1; the token of rank m is the first
+        # position whose count reaches m + 1, i.e. the number of positions whose count is at most m.
+        block_ranks = torch.arange(keys // ratio * ratio, device=visible.device)
+        tokens = (ranks[..., None, :] <= block_ranks[:, None]).sum(-1).clamp(max=keys - 1)
+        rows = torch.arange(batch, device=visible.device)[:, None, None]
+        grouped = raw_keys[rows, tokens].unflatten(2, (-1, ratio))
+        pooled = self.k_layernorm(grouped.float().mean(dim=3).to(raw_keys.dtype))
+        starts = tokens[..., ::ratio]
+        cos, sin = full_cos[rows, starts], full_sin[rows, starts]
+        block_keys = rotate(pooled[..., None, :], cos=cos, sin=sin, unsqueeze_dim=-2).squeeze(-2)
+        scores = torch.matmul(q.float(), block_keys.float().transpose(-1, -2)).transpose(-1, -2)
+        scores = torch.relu(scores).sum(dim=-1) / math.sqrt(self.index_head_dim)
+        blocks = torch.arange(scores.shape[-1], device=visible.device)
+        valid = blocks < complete
+        # A valid block beats another with a higher score, or an equal one at a lower index (ties go to the first).
+        beats = (scores[..., :, None] > scores[..., None, :]) | (
+            (scores[..., :, None] == scores[..., None, :]) & (blocks[:, None] < blocks[None, :])
+        )
+        kept = valid & ((beats & valid[..., :, None]).sum(-2) < self.block_topk)
+        kept = torch.cat([kept, kept.new_zeros(*kept.shape[:-1], 1)], dim=-1)  # a false block for tail tokens
+        rank = ranks - 1
+        in_tail = rank >= complete * ratio
+        in_kept_block = kept.gather(-1, (rank // ratio).clamp(0, kept.shape[-1] - 1))
+        return (visible & (in_tail | in_kept_block)).unsqueeze(1)
+
+    return forward
+
+
+_FASTSPEECH2 = "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer"
+
+
+@register_patch("dynamo", f"{_FASTSPEECH2}.length_regulator")
+def _patch_fastspeech2_length_regulator_as_gather(original: Callable) -> Callable:
+    # fastspeech2_conformer: the length regulator branches on the predicted durations (`if duration_labels.sum() ==
+    # 0`) and repeats each phoneme in a loop over the batch ("Could not guard on data-dependent expression"); the
+    # same frames in one gather, each from the phoneme whose span holds it, the frame count an unbacked size.
+    def length_regulator(
+        encoded_embeddings: torch.Tensor, duration_labels: torch.Tensor, speaking_speed: float = 1.0
+    ) -> torch.Tensor:
+        if speaking_speed <= 0:
+            return original(encoded_embeddings, duration_labels, speaking_speed)  # its error
+        if speaking_speed != 1.0:
+            duration_labels = torch.round(duration_labels.float() * speaking_speed).long()
+        # Eager sets every duration to 1 in place (in the model's output too) when all are 0.
+        duration_labels.copy_(torch.where(duration_labels.sum() == 0, 1, duration_labels))
+        ends = duration_labels.cumsum(1)
+        frames = ends[:, -1].max().item()
+        torch._check(frames >= 1)  # the longest row has a frame: when all durations are 0, each phoneme gets one
+        positions = torch.arange(frames, device=ends.device)
+        phonemes = (ends[:, None, :] <= positions[:, None]).sum(-1).clamp(max=ends.shape[1] - 1)
+        repeated = encoded_embeddings.gather(1, phonemes[..., None].expand(-1, -1, encoded_embeddings.shape[2]))
+        return torch.where(positions[:, None] < ends[:, -1:, None], repeated, 0).to(torch.float)
+
+    return length_regulator
+
+
+@register_patch("dynamo", f"{_FASTSPEECH2}.FastSpeech2ConformerRelPositionalEncoding.forward")
+def _patch_fastspeech2_relative_positions_built_to_size(original: Callable) -> Callable:
+    # fastspeech2_conformer: the decoder rebuilds its relative position table when the frames outgrow it (`if
+    # pos_enc.size(1) >= x.size(1) * 2 - 1`), a test of the predicted frame count ("Could not guard on data-dependent
+    # expression 2*u0 - 1 <= 9999"); at such a count, build the positions it slices to its size, as the rebuild does.
+    def forward(self: Any, feature_representation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not free_unbacked_symbols(feature_representation.shape[1]):
+            return original(self, feature_representation)
+        positions = self.extend_pos_enc(feature_representation)
+        return self.dropout(feature_representation * self.input_scale), self.dropout(positions)
+
+    return forward
+
+
 @register_patch("dynamo", "transformers.models.neucodec.modeling_neucodec.int")
 def _patch_int_of_a_size_keeps_it_symbolic(original: Callable) -> Callable:
     # neucodec: `output_length = int(input_length * self.sample_rate_conversion_factor)` makes the output length a

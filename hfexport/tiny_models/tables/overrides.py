@@ -170,9 +170,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     # The decoder's attention reads a key/value head count only the encoder's config declares.
     "moonshine_streaming": {"num_key_value_heads": HEADS},
-    # The query-sparse indexer is left to checkpoints, but its layers read its sizes.
+    # The query-sparse indexer is left to checkpoints, but its layers read its sizes. A block's score sums its heads'
+    # relu'd logits: with 2 heads a quarter of the blocks scored exactly 0, and topk breaks ties in no set order.
     "qwen4_exp_text": {
-        "indexer_n_heads": 2,
+        "indexer_n_heads": 8,
         "indexer_kv_heads": 1,
         "indexer_head_dim": HEAD_DIM,
         "indexer_budget": 4,
