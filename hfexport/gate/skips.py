@@ -18,9 +18,12 @@ _SIZE_FROM_GRID_VALUES = (
 
 # ViLT interpolates its position table per image to the patch rows and columns pixel_mask leaves (x_h, x_w: sums of
 # the mask, in a loop over the batch; ViltEmbeddings.visual_embed, modeling_vilt.py:107 in 5.23): data-dependent sizes.
+# It then draws the patches' order with torch.multinomial (even when all fit max_image_length), so eager's own image
+# tokens come out shuffled (two seeds: last_hidden_state 4.4 apart) and no export can match eager.
 _SIZES_FROM_PIXEL_MASK = (
-    "the position table is interpolated per image to sizes summed from pixel_mask: interpolate once to the full "
-    "patch grid and mask the padded patches in ViltEmbeddings.visual_embed"
+    "the position table is interpolated per image to sizes summed from pixel_mask, and the patches are drawn in "
+    "random order (torch.multinomial): interpolate once to the full patch grid, mask the padded patches and keep "
+    "the valid ones in order in ViltEmbeddings.visual_embed"
 )
 
 # OmDet-Turbo keys a language cache on each prompt's token ids (`tuple(ids[mask != 0].tolist())`,
