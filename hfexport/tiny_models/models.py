@@ -61,7 +61,24 @@ def _random_router_gates(model: torch.nn.Module, generator: torch.Generator) -> 
                 module.gate.weight.copy_(torch.randn(module.gate.weight.shape, generator=generator) * std)
 
 
-_REDRAWS = {"conv_scales": _trained_like_conv_scales, "router_gates": _random_router_gates}
+def _distinct_group_tokens(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Group tokens drawn (std ``initializer_range``) and assignment queries and keys of std 1/sqrt(fan-in): each patch
+    goes to its group by a margin, as in trained checkpoints, not by the rounding of a tie."""
+    std = model.config.vision_config.initializer_range
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(getattr(module, "group_token", None), torch.nn.Parameter):
+                module.group_token.copy_(torch.randn(module.group_token.shape, generator=generator) * std)
+            if type(module).__name__ == "GroupViTAssignAttention":
+                for linear in (module.q_proj, module.k_proj):
+                    linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) / linear.in_features**0.5)
+
+
+_REDRAWS = {
+    "conv_scales": _trained_like_conv_scales,
+    "router_gates": _random_router_gates,
+    "group_tokens": _distinct_group_tokens,
+}
 
 
 def load_local_model(directory: Path) -> PreTrainedModel:
