@@ -10,12 +10,13 @@ with onnxscript. An *optimizer skip* names model classes whose ONNX export skips
 name input dimensions kept static in models holding a module of the given classes, and *dim multiples* dimensions such
 models take only in multiples of a number (declared as a dynamic root times it).
 
-Every kind lives in one registry: a dict from key to workarounds in registration order. A key is a backend
+Every workaround kind lives in one registry: a dict from key to workarounds in registration order. A key is a backend
 (``"dynamo"``, ``"onnx"``, ``"executorch"``) or one delegate of a backend (``"executorch.xnnpack"``); an export runs
 the keys its exporter's ``workaround_keys`` names, in that order (the one rule, for every backend: ``HfExporter``).
 
-The model-keyed kinds (``hfexport/model_keyed.py``) are tables their own readers keep: *export skips*, *cache types* and
-*tiny-model entries*, declared through the registry so that ``hfexport registry`` lists and checks them too.
+The model-keyed kinds (``hfexport/model_keyed.py``, re-exported here) are tables their own readers keep: *export
+skips*, *cache types* and *tiny-model entries*, each wrapped in ``declare`` so that ``hfexport registry`` lists them
+and ``--check`` resolves their models too.
 
 Modules by role: ``kinds`` (the kinds, ``Workaround``, the ``register_*`` decorators), ``installing`` (patches installed
 around one export and undone after), ``applying`` (translations, per-model declarations, fixes), ``resolving`` (what
