@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,7 +128,7 @@ def test_resolving_with_variants_adds_the_default_heads_variants_only() -> None:
     assert [e["model_class"] for e in resolve(["llama"], False)["classes"] if "@" in e["model_class"]] == []
 
 
-@pytest.mark.slow  # about 60 s: three recorded dynamo checks with generation, then the gate's run of the variant
+@pytest.mark.slow  # about 200 s: static analysis of the partial checkout (twice), three recorded checks, the variant
 def test_an_edit_in_dynamic_ntk_rope_checks_the_dynamic_variant_end_to_end(checkout: Path, tmp_path: Path) -> None:
     _branch(checkout, "main")
     path, cache = tmp_path / "map.json", tmp_path / "cache"
@@ -141,10 +143,35 @@ def test_an_edit_in_dynamic_ntk_rope_checks_the_dynamic_variant_end_to_end(check
 
     _branch(checkout, "dynamic-check")
     commit_prepended(checkout, ROPE, DYNAMIC, "seen = True")
-    args = ["check", "--base", "main", "--backends", "dynamo", "--no-health", "--impact-map", str(path)]
+    # Without generation: the variant's context of 8 (variants.SHORT_CONTEXT) is shorter than the gate's 11 tokens.
+    args = ["check", "--base", "main", "--backends", "dynamo", "--no-health", "--no-generation"]
+    args += ["--impact-map", str(path)]
     with contextlib.chdir(checkout):
         # Narrowed to llama's causal LM and its variant: unmapped classes are selected by static analysis.
         result = CliRunner().invoke(main, [*args, "--only", f"LlamaForCausalLM,{VARIANT}"])
     assert result.exit_code == 0, result.output
     assert f"{VARIANT} · dynamo: pass" in result.output
     assert "LlamaForCausalLM · dynamo" not in result.output  # its record shows the default never runs that function
+
+
+RECORDED_ROPE_LOOKUP = """
+import transformers.models.llama.modeling_llama as llama
+from hfexport.exporters.workarounds import dynamo
+from hfexport.gate.impact_recorder import ImpactRecorder
+
+before = dynamo._rope_update_wrapper(vars(llama.LlamaRotaryEmbedding)["forward"])
+ImpactRecorder(None).instrument_loaded()
+import transformers.models.mistral.modeling_mistral as mistral  # its wrappers made by the instrumented decorator
+
+rotaries = (llama.LlamaRotaryEmbedding, mistral.MistralRotaryEmbedding)
+after = [dynamo._rope_update_wrapper(vars(rotary)["forward"]) for rotary in rotaries]
+print(before is not None, *(found is not None for found in after))
+"""
+
+
+def test_the_dynamic_rope_patch_finds_its_wrappers_in_a_recorded_job() -> None:
+    """Recording (a gate run with a result cache) gives transformers' functions new code: the patch that exports
+    rope_dynamic still finds every dynamic_rope_update wrapper, made before the recording started or after."""
+    command = [sys.executable, "-c", RECORDED_ROPE_LOOKUP]
+    done = subprocess.run(command, cwd=Path(__file__).parent.parent, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True", "True"]

@@ -95,8 +95,12 @@ class ImpactRecorder:
         self.units.append(
             ExecutedUnit(CodeUnit(module, code.co_qualname), file, code.co_firstlineno, max(lines, default=0))
         )
-        self._instrumented[code] = editor.finish_with_probe(len(self.units) - 1)
-        return self._instrumented[code]
+        instrumented = self._instrumented[code] = editor.finish_with_probe(len(self.units) - 1)
+        # A function an instrumented factory makes later (a decorator's wrapper in a module imported after it) already
+        # runs this code: instrumented again, it would no longer be the code hfexport's patches find wrappers by
+        # (dynamic_rope_update's: "Could not guard on data-dependent expression" on rope_type dynamic, recorded only).
+        self._instrumented[instrumented] = instrumented
+        return instrumented
 
     def _relative(self, file: str) -> str:
         """``transformers/...py``, whether the file is the checkout's or the installed package's."""

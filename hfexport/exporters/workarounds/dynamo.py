@@ -9,7 +9,6 @@ every backend); the program fixes at the end rewrite the traced program every ba
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import sys
 import types
@@ -597,9 +596,9 @@ def _packed_sdpa(
     return output.transpose(1, 2).contiguous(), None
 
 
-@functools.cache
 def _rope_update_code() -> types.CodeType | None:
-    """The code of every wrapper ``dynamic_rope_update`` makes (None where this transformers lacks it)."""
+    """The code of every wrapper ``dynamic_rope_update`` makes (None where this transformers lacks it); asked each time,
+    never kept: the gate's impact recording gives the decorator and its wrappers new code, and a kept one goes stale."""
     decorator = compat.internal("transformers.modeling_rope_utils.dynamic_rope_update")
     return decorator(lambda self, x, position_ids: None).__code__ if decorator is not None else None
 
