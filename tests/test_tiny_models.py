@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import textwrap
 from pathlib import Path
@@ -701,3 +702,29 @@ def test_a_zero_initialised_router_is_redrawn_so_expert_scores_do_not_tie() -> N
     for router_logits in logits:
         ranked = router_logits.sort(dim=-1).values
         assert float((ranked[:, 1:] - ranked[:, :-1]).min()) > 0
+
+
+# ── Sub-module classes a release diff selects ──
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("bart", "BartDecoderWrapper"), ("whisper", "WhisperDecoderWrapper"), ("trocr", "TrOCRDecoderWrapper")],
+)
+def test_a_wrapper_takes_the_inputs_of_the_module_it_wraps(module: str, name: str) -> None:
+    # Its forward is self.decoder(*args, **kwargs): no parameter of its own names an input.
+    model_class = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+    model = tiny_model(model_class)
+    inputs = sample_inputs(model)
+    assert inputs["input_ids"].shape == (2, 7)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == (2, 7)
+
+
+@pytest.mark.parametrize(("module", "name"), [("t5", "T5Stack"), ("umt5", "UMT5Stack"), ("mt5", "MT5Stack")])
+def test_a_t5_like_stack_built_alone_runs_as_an_encoder(module: str, name: str) -> None:
+    # Alone it is an encoder, which raises on the use_cache=True its config defaults to.
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    assert model.config.use_cache is False
+    with torch.no_grad():
+        assert model(**sample_inputs(model)).last_hidden_state.shape[:2] == (2, 7)

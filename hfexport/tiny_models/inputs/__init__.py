@@ -23,6 +23,7 @@ belong in that order, and moving one changes the values of every input drawn aft
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 
 import torch
 from transformers import PreTrainedModel
@@ -40,7 +41,7 @@ def sample_inputs(
     """Return deterministic forward kwargs that fit the model's modality (text, vision, audio, seq2seq)."""
     if batch_size < 2 or seq_length < 2:
         raise ValueError("batch_size and seq_length must be >= 2 so exported dimensions stay dynamic")
-    parameters = inspect.signature(model.forward).parameters
+    parameters = _forward_parameters(model)
     signature_required = {p.name for p in parameters.values() if p.default is p.empty and p.kind <= p.KEYWORD_ONLY}
     request = Request(
         model=model,
@@ -62,6 +63,16 @@ def sample_inputs(
             if stage is Stage.MAIN:
                 break
     return request.inputs
+
+
+def _forward_parameters(model: PreTrainedModel) -> Mapping[str, inspect.Parameter]:
+    parameters = inspect.signature(model.forward).parameters
+    children = list(model.children())
+    if len(children) == 1 and all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters.values()):
+        # A wrapper passing all its arguments on to its one sub-module (BartDecoderWrapper: self.decoder(*args,
+        # **kwargs)) takes that sub-module's inputs.
+        return inspect.signature(children[0].forward).parameters
+    return parameters
 
 
 def _main_input(model: PreTrainedModel, parameters: set[str]) -> str:

@@ -15,6 +15,11 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "PerceiverForImageClassificationConvProcessing": {"num_cross_attention_heads": 1},
     # Built alone, its decoder config lacks the dropout rate that T5Gemma2Config sets on its sub-configs.
     "T5Gemma2Decoder": {"dropout_rate": 0.0},
+    # T5-like stacks built alone are encoders, which refuse the use_cache their configs default to (decoders get it).
+    **{
+        stack: {"use_cache": False}
+        for stack in ("T5Stack", "MT5Stack", "UMT5Stack", "SwitchTransformersStack", "Pop2PianoStack", "UdopStack")
+    },
 }
 
 # ── Classes no tiny model stands in for ──
