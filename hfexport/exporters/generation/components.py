@@ -40,8 +40,11 @@ class DecoderPrefill(torch.nn.Module):
     ) -> dict[str, Any]:
         keys, values = self.layout.zeros(input_ids.shape[0])
         cache = slot_cache(keys, values, torch.arange(input_ids.shape[1]))
+        # A mask over every slot, as the decode step's and generate's on a fixed-size cache: Bloom builds its alibi
+        # bias from the mask, one entry per key.
+        slots_mask = torch.nn.functional.pad(attention_mask, (0, keys[0].shape[2] - attention_mask.shape[1]))
         return _decoder_outputs(
-            self.model, cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+            self.model, cache, input_ids=input_ids, attention_mask=slots_mask, position_ids=position_ids
         )
 
 
