@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import textwrap
 from pathlib import Path
@@ -648,6 +649,14 @@ def test_session_driven_video_trackers_are_unrunnable() -> None:
         tiny_model("Sam2VideoModel")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("timm") is not None, reason="timm imports here")
+@pytest.mark.parametrize("name", sorted(tiny_models.NEEDS_PACKAGES))
+def test_classes_of_a_package_not_importable_here_say_which_they_need(name: str) -> None:
+    # The pinned torch (2.13.0+cpu) has no torchvision on the index; test_torch_releases builds them on torch 2.14.1.
+    with pytest.raises(tiny_models.UnrunnableModelError, match=r": needs timm and torchvision \(timm: ModuleNotFound"):
+        tiny_model(name)
+
+
 def test_blip2_gets_one_image_placeholder_per_query() -> None:
     model = tiny_model("Blip2Model")
     inputs = sample_inputs(model)
@@ -728,3 +737,34 @@ def test_a_t5_like_stack_built_alone_runs_as_an_encoder(module: str, name: str) 
     assert model.config.use_cache is False
     with torch.no_grad():
         assert model(**sample_inputs(model)).last_hidden_state.shape[:2] == (2, 7)
+
+
+@pytest.mark.parametrize(("module", "name"), [("dinov2", "Dinov2Encoder"), ("speecht5", "SpeechT5Encoder")])
+def test_an_encoder_built_alone_reads_a_sequence_of_embeddings(module: str, name: str) -> None:
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    assert inputs["hidden_states"].shape == (2, 7, model.config.hidden_size)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape == (2, 7, model.config.hidden_size)
+
+
+def test_a_codec_decoder_built_alone_still_reads_channels_first_latents() -> None:
+    model = tiny_model("VibeVoiceAcousticTokenizerDecoderModel")
+    assert sample_inputs(model)["hidden_states"].shape == (2, model.config.hidden_size, 14)
+
+
+def test_clipseg_decoder_reads_the_towers_layers_and_a_prompt_and_exports() -> None:
+    from transformers.models.clipseg.modeling_clipseg import CLIPSegDecoder
+
+    model = tiny_model(CLIPSegDecoder)
+    inputs = sample_inputs(model)
+    assert len(inputs["hidden_states"]) == len(model.config.extract_layers)
+    assert inputs["conditional_embeddings"].shape == (2, model.config.projection_dim)
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exported = AutoHfExporter.from_config(config).export(model, inputs, config)
+    for batch in (2, 3):
+        second = sample_inputs(model, batch_size=batch, seed=1)
+        with torch.no_grad():
+            expected = model(**second).logits
+        assert expected.shape[0] == batch
+        assert max_abs_diff(exported(**second).logits, expected) < 1e-5

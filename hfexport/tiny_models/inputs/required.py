@@ -49,11 +49,35 @@ def _input_features_mask(r: Request) -> dict[str, torch.Tensor]:
 _LATENT_NAMES = ("latents", "hidden_states")
 
 
-@builds(Stage.REQUIRED, when=lambda r: not r.missing.isdisjoint(_LATENT_NAMES))
+def _is_codec(config: PretrainedConfig) -> bool:
+    return any(hasattr(config, key) for key in ("codebook_size", "audio_channels", "downsampling_ratios"))
+
+
+@builds(Stage.REQUIRED, when=lambda r: "latents" in r.missing or ("hidden_states" in r.missing and _is_codec(r.config)))
 def _codec_latents(r: Request) -> dict[str, torch.Tensor]:
     # Audio codec decoders built on their own (Mimi, VibeVoice) take the encoder's (batch, channels, frames).
     shape = (r.batch_size, r.config.hidden_size, 2 * r.seq_length)
     return {name: torch.randn(shape, generator=r.generator) for name in _LATENT_NAMES if name in r.missing}
+
+
+@builds(Stage.REQUIRED, when=lambda r: {"hidden_states", "conditional_embeddings"} <= r.missing)
+def _tower_layers_and_prompt(r: Request) -> dict[str, torch.Tensor | tuple[torch.Tensor, ...]]:
+    """CLIPSeg's decoder: the vision tower's states at each of its extract_layers (the class token, then a square
+    grid of patches) and the prompt's projected embedding."""
+    vision = r.config.vision_config
+    shape = (r.batch_size, 1 + (vision.image_size // vision.patch_size) ** 2, vision.hidden_size)
+    return {
+        "hidden_states": tuple(torch.randn(shape, generator=r.generator) for _ in r.config.extract_layers),
+        "conditional_embeddings": torch.randn(r.batch_size, r.config.projection_dim, generator=r.generator),
+    }
+
+
+@builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "hidden_size"))
+def _embedded_sequence(r: Request) -> dict[str, torch.Tensor]:
+    # Encoders of transformers built on their own (Dinov2Encoder, SpeechT5Encoder) read the embeddings' output:
+    # (batch, sequence, hidden_size).
+    shape = (r.batch_size, r.seq_length, r.config.hidden_size)
+    return {"hidden_states": torch.randn(shape, generator=r.generator)}
 
 
 def _image_feature_count(r: Request) -> int:
