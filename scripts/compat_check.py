@@ -218,9 +218,10 @@ def _same_release(installed: str | None, wanted: str) -> bool:
     return installed is not None and Version(installed).public == Version(wanted).public  # 2.13.0+cpu is 2.13.0
 
 
-def torch_python(version: str, venv_dir: Path, echo: Echo = print) -> str:
+def torch_python(version: str, venv_dir: Path, echo: Echo = print, extras: tuple[str, ...] = ()) -> str:
     """The interpreter the gate runs on for torch ``version``: this one when it holds that torch, else the Python of
-    ``venv_dir/torch-<version>``, built on first use and reused while this checkout and its pinned set are the same."""
+    ``venv_dir/torch-<version>``, built on first use and reused while this checkout and its pinned set are the same
+    and it holds the ``extras`` (packages beside hfexport[all], e.g. timm and a torchvision of that torch)."""
     wanted = _parse_version(version)
     if _same_release(running_torch(), version):
         return sys.executable
@@ -228,8 +229,11 @@ def torch_python(version: str, venv_dir: Path, echo: Echo = print) -> str:
     python, ready = venv / "bin" / "python", venv / "hfexport-ready.json"
     pinned = pinned_set_with_torch(str(wanted))
     identity = {"root": str(ROOT), "pinned": pinned}
-    if python.exists() and ready.exists() and json.loads(ready.read_text()) == identity:
+    built = json.loads(ready.read_text()) if python.exists() and ready.exists() else {}
+    held = set(built.pop("extras", []))
+    if built == identity and held >= set(extras):
         return str(python)
+    extras = tuple(sorted(held | set(extras))) if built == identity else extras
     echo(f"torch {version}: building {venv} (torch, hfexport[all] and the pinned set)")
     ready.unlink(missing_ok=True)
     if not python.exists():
@@ -237,12 +241,12 @@ def torch_python(version: str, venv_dir: Path, echo: Echo = print) -> str:
     (venv / "constraints.txt").write_text(pinned)
     # For this install only: a machine-wide constraint (one capping torch, say) would refuse the torch asked for.
     env = {**os.environ, "PIP_CONSTRAINT": str(venv / "constraints.txt")}
-    command = [str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[all]"]
+    command = [str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[all]", *extras]
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode:
         lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
         raise UsageError(f"torch {version}: pip install failed: {lines[-1] if lines else 'no output'}")
-    ready.write_text(json.dumps(identity))
+    ready.write_text(json.dumps({**identity, "extras": sorted(extras)}))
     return str(python)
 
 

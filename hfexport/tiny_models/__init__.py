@@ -22,13 +22,14 @@ from .classes import (
 from .configs import tester_config, tiny_config
 from .inputs import sample_inputs
 from .models import load_local_model, tiny_model
-from .tables import ALTERNATE_CONFIGS, HIDDEN, UNRUNNABLE
+from .tables import ALTERNATE_CONFIGS, HIDDEN, NEEDS_PACKAGES, UNRUNNABLE
 from .variants import Variant, config_variants
 
 __all__ = [
     "ALTERNATE_CONFIGS",
     "CORE_MODEL_TYPES",
     "HIDDEN",
+    "NEEDS_PACKAGES",
     "UNRUNNABLE",
     "VARIANT_SEPARATOR",
     "UnknownModelError",

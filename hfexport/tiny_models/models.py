@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ from transformers import AutoConfig, PreTrainedModel
 from ..torch_compat import _BatchNorm
 from .classes import UnrunnableModelError, resolve_model_class
 from .configs import tiny_config
-from .tables import DEGENERATE_INIT, UNRUNNABLE
+from .tables import DEGENERATE_INIT, NEEDS_PACKAGES, UNRUNNABLE
 from .variants import named_overrides
 
 
@@ -25,6 +27,9 @@ def tiny_model(
     model_class = resolve_model_class(name)
     if model_class.__name__ in UNRUNNABLE:
         raise UnrunnableModelError(f"{model_class.__name__}: {UNRUNNABLE[model_class.__name__]}")
+    missing = missing_packages(model_class.__name__)
+    if missing:
+        raise UnrunnableModelError(f"{model_class.__name__}: {missing}")
     config = tiny_config(name, checkout=checkout, overrides={**named_overrides(name), **(overrides or {})})
     torch.manual_seed(seed)
     try:
@@ -39,6 +44,23 @@ def tiny_model(
     if config.model_type in DEGENERATE_INIT:
         _REDRAWS[DEGENERATE_INIT[config.model_type]](model, torch.Generator().manual_seed(seed))
     return model.to(torch.float32).eval()
+
+
+def missing_packages(model_class: str) -> str | None:
+    """Why a class of ``NEEDS_PACKAGES`` cannot be built here ("needs timm and torchvision (...)"), or None."""
+    needed = NEEDS_PACKAGES.get(model_class, ())
+    failures = [failure for failure in map(_import_failure, needed) if failure]
+    return f"needs {' and '.join(needed)} ({'; '.join(failures)})" if failures else None
+
+
+@functools.cache
+def _import_failure(package: str) -> str | None:
+    """The one line ``import package`` fails with (a torchvision built for another torch fails on import), or None."""
+    try:
+        importlib.import_module(package)
+    except Exception as error:
+        return f"{package}: {type(error).__name__}: {' '.join(str(error).split())[:120]}"
+    return None
 
 
 def _trained_like_conv_scales(model: torch.nn.Module, generator: torch.Generator) -> None:

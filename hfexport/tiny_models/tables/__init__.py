@@ -14,6 +14,7 @@ from .overrides import (
 from .per_class import (
     ALTERNATE_CONFIGS,
     CLASS_OVERRIDES,
+    NEEDS_PACKAGES,
     UNRUNNABLE,
 )
 from .samples import (
@@ -108,6 +109,7 @@ __all__ = [
     "MAX_POSITIONS",
     "MEL_BINS_FIRST_TYPES",
     "NEEDED_INPUTS",
+    "NEEDS_PACKAGES",
     "ONE_KEYS",
     "OVERRIDES",
     "PADDED_MASK_TYPES",

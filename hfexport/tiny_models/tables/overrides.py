@@ -199,6 +199,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The cache's state sizes round the query/key and value widths up to multiples of 64, the layers do not: widths
     # of exactly 64 agree.
     "xlstm": {"hidden_size": 2 * HIDDEN, "embedding_dim": 2 * HIDDEN, "qk_dim_factor": 1.0},
+    # timm's own tiny test network (a 4-stage ResNet, 16-96 channels) instead of the default ResNet-50 (25 M weights).
+    "timm_wrapper": {"architecture": "test_resnet"},
+    "timm_backbone": {"backbone": "test_resnet"},
     # timm vision towers: the video encoder reads an image classifier's logits, PerceptionLM a vision model's
     # hidden states (its projector reads timm's model_args for their width).
     "pe_video_encoder": {"vision_config": _TINY_VIT},

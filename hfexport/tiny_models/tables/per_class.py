@@ -26,11 +26,7 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
 # Model class -> why no small config runs it eagerly here (a package the project cannot install, an input only a
 # runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
 # cells as not checked, with it.
-_TIMM = "a timm model: timm needs torchvision, which does not install beside the project's torch"
 UNRUNNABLE: dict[str, str] = {
-    "TimmBackbone": _TIMM,
-    "TimmWrapperModel": _TIMM,
-    "TimmWrapperForImageClassification": _TIMM,
     "Gemma4AssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer reusing"
     " them (what the assistant config enforces) fails Gemma4TextConfig.kv_sharing_modes (no producing layer)",
     "Gemma4UnifiedAssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer"
@@ -57,6 +53,17 @@ UNRUNNABLE: dict[str, str] = {
     "EdgeTamVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
     # Sample inputs have a batch of at least 2 (it stays a dynamic dimension).
     "TvpModel": "runs with batch size 1 only: its column position embeddings are viewed with the batch size",
+}
+
+# ── Classes that need an optional package ──
+# Model class -> the packages it builds with, imported where it is built; where one does not import (timm needs a
+# torchvision matching the torch: none for the project's 2.13.0+cpu on the local index), its cells are not checked
+# with "needs timm and torchvision".
+_TIMM = ("timm", "torchvision")
+NEEDS_PACKAGES: dict[str, tuple[str, ...]] = {
+    "TimmBackbone": _TIMM,
+    "TimmWrapperModel": _TIMM,
+    "TimmWrapperForImageClassification": _TIMM,
 }
 
 # ── Alternate configs ──
