@@ -768,3 +768,13 @@ def test_clipseg_decoder_reads_the_towers_layers_and_a_prompt_and_exports() -> N
             expected = model(**second).logits
         assert expected.shape[0] == batch
         assert max_abs_diff(exported(**second).logits, expected) < 1e-5
+
+
+def test_pi0_model_embeds_one_whole_action_chunk() -> None:
+    # Its prefix block is everything before the last chunk_size tokens: a shorter action sequence made it negative
+    # ("zeros: Dimension size must be non-negative").
+    model = tiny_model("PI0Model")
+    inputs = sample_inputs(model)
+    assert inputs["action_embeds"].shape == (2, model.config.chunk_size, model.config.dit_config.hidden_size)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == (2, model.config.chunk_size)

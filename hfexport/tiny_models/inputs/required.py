@@ -213,9 +213,16 @@ def _embedding_width(config: PretrainedConfig, name: str) -> int:
 def _required_embeddings(r: Request) -> dict[str, torch.Tensor]:
     """Models fed by another model's embeddings (Q-Former queries, drafters, upsamplers): (batch, sequence, width)."""
     return {
-        name: torch.randn(r.batch_size, r.seq_length, _embedding_width(r.config, name), generator=r.generator)
+        name: torch.randn(
+            r.batch_size, _embedding_length(r, name), _embedding_width(r.config, name), generator=r.generator
+        )
         for name in _embedding_names(r)
     }
+
+
+def _embedding_length(r: Request, name: str) -> int:
+    # Action experts (PI0) embed one whole action chunk: the prefix block is what precedes the last chunk_size tokens.
+    return r.config.chunk_size if name == "action_embeds" and hasattr(r.config, "chunk_size") else r.seq_length
 
 
 @builds(Stage.REQUIRED, when=lambda r: {"prompt_pixel_values", "prompt_masks"} <= r.missing)

@@ -44,7 +44,7 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     "instructblip": ("input_ids",),
     "instructblipvideo": ("input_ids",),
     # The policy's main input is the robot state; its prefix still embeds the prompt.
-    "pi0": ("pixel_values", "pixel_attention_mask", "input_ids"),
+    **dict.fromkeys(("pi0", "pi05"), ("pixel_values", "pixel_attention_mask", "input_ids")),
     "clap": ("input_features",),
     "clvp": ("input_features",),
     "voxtral_realtime": ("input_features",),
@@ -63,13 +63,14 @@ EMBEDDED_INPUTS = {"SpeechT5Model": ("input_values", "decoder_input_values"), "P
 # Model class -> the forward parameter its main waveform goes to, where that is not input_values.
 WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
 # VLMs whose ids must hold a placeholder per image feature, where the features are spliced in.
-SPLICED_IMAGE_TYPES = ("blip-2", "instructblip", "instructblipvideo", "kosmos-2", "lfm2_vl", "pi0")
+SPLICED_IMAGE_TYPES = ("blip-2", "instructblip", "instructblipvideo", "kosmos-2", "lfm2_vl", "pi0", "pi05")
 # Model type -> images per sample of models whose pixel_values stack several (video frames, robot cameras, the two
 # images a keypoint matcher pairs) though no config key says how many.
 # None: single images, where the config's frame count is for another class (Perceiver's multimodal autoencoder).
 CLIP_TYPES = {
     "instructblipvideo": FRAMES,
     "pi0": 1,
+    "pi05": 1,
     "lightglue": 2,
     "efficientloftr": 2,
     "idefics": 1,
