@@ -778,3 +778,13 @@ def test_pi0_model_embeds_one_whole_action_chunk() -> None:
     assert inputs["action_embeds"].shape == (2, model.config.chunk_size, model.config.dit_config.hidden_size)
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape[:2] == (2, model.config.chunk_size)
+
+
+def test_paddleocr_vision_tower_reads_a_batch_of_one_flat_patch_sequence() -> None:
+    # PaddleOCR-VL's model unsqueezes its flat patches before its tower: (1, patches, channels, patch, patch).
+    model = tiny_model("PaddleOCRVisionModel")
+    inputs = sample_inputs(model)
+    patch = model.config.patch_size
+    assert inputs["pixel_values"].shape == (1, 2 * 4 * 4, model.config.num_channels, patch, patch)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[-1] == model.config.hidden_size

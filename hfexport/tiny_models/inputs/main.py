@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..tables import CODEBOOK_STACKED_TYPES, EMBEDDED_INPUTS, PATCH_IMAGE_TYPES, WAVEFORM_INPUTS
+from ..tables import BATCHED_PATCH_TYPES, CODEBOOK_STACKED_TYPES, EMBEDDED_INPUTS, PATCH_IMAGE_TYPES, WAVEFORM_INPUTS
 from .draw import (
     audio_config,
     codec_hop,
@@ -59,8 +59,9 @@ def _flat_patches(r: Request) -> dict[str, torch.Tensor]:
     if vision.model_type in PATCH_IMAGE_TYPES:
         patch = (channels, vision.patch_size, vision.patch_size)
     patches_name = "pixel_values" if "pixel_values" in r.parameters else "hidden_states"
+    patches = torch.randn(r.batch_size * side * side, *patch, generator=r.generator)
     inputs = {
-        patches_name: torch.randn(r.batch_size * side * side, *patch, generator=r.generator),
+        patches_name: patches.unsqueeze(0) if vision.model_type in BATCHED_PATCH_TYPES else patches,
         "grid_thw": torch.tensor([[1, side, side]] * r.batch_size),
     }
     if "merge_sizes" in r.required:

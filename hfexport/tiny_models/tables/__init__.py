@@ -18,6 +18,7 @@ from .per_class import (
     UNRUNNABLE,
 )
 from .samples import (
+    BATCHED_PATCH_TYPES,
     CLIP_TYPES,
     CODEBOOK_STACKED_TYPES,
     DECODER_CODEBOOKS,
@@ -71,6 +72,7 @@ from .sizes import (
 
 __all__ = [
     "ALTERNATE_CONFIGS",
+    "BATCHED_PATCH_TYPES",
     "CAPS",
     "CHANNEL_LIST_KEYS",
     "CLASS_OVERRIDES",

@@ -34,7 +34,9 @@ PADDED_MASK_TYPES = declare(
     ("aimv2", "aimv2_text_model"),
 )
 # Qwen-VL-style towers whose flat patches are (patches, channels, patch, patch) images their patch conv embeds.
-PATCH_IMAGE_TYPES = ("kimi_k25_vision",)
+PATCH_IMAGE_TYPES = ("kimi_k25_vision", "paddleocr_vl_vision")
+# Of those, the towers that read them with a leading batch of one (PaddleOCR-VL's model unsqueezes its flat patches).
+BATCHED_PATCH_TYPES = ("paddleocr_vl_vision",)
 # Model type -> forward arguments its signature leaves optional but its forward cannot run without.
 NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     "bros": ("bbox",),
