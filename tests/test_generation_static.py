@@ -59,6 +59,18 @@ def test_static_cache_generation_with_linear_attention_layers_matches_eager() ->
     )
 
 
+def test_static_cache_generation_of_an_alibi_model_matches_eager() -> None:
+    # Bloom builds its alibi bias from the 2D mask, one entry per key: the mask covers every slot of the StaticCache,
+    # as generate's does (the bias was as long as the tokens seen: "expanded size 128 must match 7").
+    model = tiny_model("BloomForCausalLM", seed=0)
+    input_ids = sample_inputs(model)["input_ids"]
+    expected = checks._eager_tokens(model, input_ids)
+    exported = _static_export(model)
+    assert exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist() == (
+        expected.tolist()
+    )
+
+
 def test_static_cache_decode_serves_every_step_of_a_sliding_window_model() -> None:
     # StaticSlidingWindowLayer counts its tokens in a Python int: the decode program takes it from the mask's length,
     # so the one program traced at the first step gives eager's tokens at the later ones too.

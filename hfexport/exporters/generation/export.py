@@ -13,7 +13,14 @@ from transformers import Cache, EncoderDecoderCache
 
 from .cache import CacheLayerMixin, layout_from_cache
 from .components import DecoderPrefill, DecoderStep, Seq2SeqDecoderStep, Seq2SeqEncoder
-from .static_cache import StaticCachePrefill, StaticCacheStep, sliding_windows, static_cache, static_layout
+from .static_cache import (
+    StaticCachePrefill,
+    StaticCacheStep,
+    mask_over_slots,
+    sliding_windows,
+    static_cache,
+    static_layout,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -251,7 +258,8 @@ def _export_static_decoder(
         )
     cache = static_cache(model, max_cache_len)
     with torch.no_grad():
-        model(**prefill_inputs, past_key_values=cache, use_cache=True)
+        mask = mask_over_slots(cache, attention_mask, max_cache_len)
+        model(**{**prefill_inputs, "attention_mask": mask}, past_key_values=cache, use_cache=True)
     layout = static_layout(cache, max_cache_len)
     decode_inputs = {
         "input_ids": input_ids[:, -1:],

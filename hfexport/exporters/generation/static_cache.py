@@ -118,6 +118,14 @@ def static_layout(cache: Cache, max_cache_len: int) -> StaticLayout:
     return StaticLayout(entries, max_cache_len)
 
 
+def mask_over_slots(cache: Cache, attention_mask: torch.Tensor, max_cache_len: int) -> torch.Tensor:
+    """The 2D mask over every slot of ``cache``, as generate's on a StaticCache (Bloom builds its alibi bias from it,
+    one entry per key); a hybrid's linear-attention mixers read it per token, so theirs stays the tokens seen."""
+    if any(isinstance(layer, LINEAR_ATTENTION_LAYERS) for layer in cache.layers):
+        return attention_mask
+    return torch.nn.functional.pad(attention_mask, (0, max_cache_len - attention_mask.shape[1]))
+
+
 def sliding_windows(cache: Cache) -> list[int]:
     """The sizes of the cache's sliding-window layers (their ``max_cache_len`` is the window, capped)."""
     return [layer.max_cache_len for layer in cache.layers if getattr(layer, "is_sliding", False)]
@@ -131,8 +139,9 @@ class _OnStaticCache(torch.nn.Module):
         self.model = model
         self.layout = layout
 
-    def _logits_and_states(self, cache: Cache, **inputs: torch.Tensor) -> dict[str, Any]:
-        outputs = self.model(**inputs, past_key_values=cache, use_cache=True)
+    def _logits_and_states(self, cache: Cache, attention_mask: torch.Tensor, **inputs: torch.Tensor) -> dict[str, Any]:
+        mask = mask_over_slots(cache, attention_mask, self.layout.max_cache_len)
+        outputs = self.model(**inputs, attention_mask=mask, past_key_values=cache, use_cache=True)
         return {"logits": outputs.logits[:, -1, :], "present_states": self.layout.read(cache)}
 
 
