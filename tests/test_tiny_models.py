@@ -788,3 +788,13 @@ def test_paddleocr_vision_tower_reads_a_batch_of_one_flat_patch_sequence() -> No
     assert inputs["pixel_values"].shape == (1, 2 * 4 * 4, model.config.num_channels, patch, patch)
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape[-1] == model.config.hidden_size
+
+
+@pytest.mark.parametrize("name", ["DPTForDepthEstimation", "DPTForSemanticSegmentation"])
+def test_dpt_heads_get_one_backbone_layer_per_neck_width(name: str) -> None:
+    # Was "The number of hidden states should be equal to the number of neck hidden sizes": out indices 2, 5, 8, 11
+    # capped to a two-layer backbone name one layer.
+    model = tiny_model(name)
+    assert len(model.config.backbone_out_indices) == len(model.config.neck_hidden_sizes)
+    with torch.no_grad():
+        assert model(**sample_inputs(model))[0].shape[0] == 2

@@ -224,6 +224,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     # Multi-head attention only: key/value heads must equal the query heads.
     "esmc": {"num_key_value_heads": HEADS},
+    # The heads' neck reads one layer per neck width (four): the layers backbone_out_indices names must all exist.
+    "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [0, 1, 2, 3]},
     # The last stage's width is the hidden size; the stages' widths and block counts are left to the constructor.
     # Its rotary table is hidden_size // 4 wide, computed from a quarter of a head with partial_rotary_factor 4: eight
     # heads, as at full size (256 / 8).
