@@ -798,3 +798,15 @@ def test_dpt_heads_get_one_backbone_layer_per_neck_width(name: str) -> None:
     assert len(model.config.backbone_out_indices) == len(model.config.neck_hidden_sizes)
     with torch.no_grad():
         assert model(**sample_inputs(model))[0].shape[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("module", "name"), [("got_ocr2", "GotOcr2VisionEncoder"), ("kosmos2", "Kosmos2VisionTransformer")]
+)
+def test_a_vision_tower_with_its_models_text_main_input_name_reads_images(module: str, name: str) -> None:
+    # main_input_name says input_ids, which the tower's forward does not take: it was run without pixel_values.
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    assert set(inputs) == {"pixel_values"} and inputs["pixel_values"].dim() == 4
+    with torch.no_grad():
+        assert model(**inputs)[0].shape[0] == 2

@@ -77,6 +77,9 @@ def _forward_parameters(model: PreTrainedModel) -> Mapping[str, inspect.Paramete
 
 def _main_input(model: PreTrainedModel, parameters: set[str]) -> str:
     name = getattr(model, "main_input_name", "input_ids")
+    if isinstance(name, str) and name not in parameters and name != "inputs" and "pixel_values" in parameters:
+        # Vision towers that inherit their model's text main input name (GotOcr2VisionEncoder) read images.
+        return "pixel_values"
     if name != "inputs":
         return name
     # "inputs" stands for whatever the encoder reads: encoder-decoder wrappers (SpeechEncoderDecoder) also take it
