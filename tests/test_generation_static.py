@@ -22,6 +22,7 @@ from hfexport.gate import checks
 from hfexport.gate.blame import blame
 from hfexport.gate.cells import Cell
 from hfexport.gate.checks import run_cell
+from hfexport.gate.export_modules import ModuleDeclined, export_module_program
 from hfexport.gate.schema import validate_cell
 from hfexport.tiny_models import sample_inputs, tiny_model
 
@@ -69,6 +70,14 @@ def test_static_cache_generation_of_an_alibi_model_matches_eager() -> None:
     assert exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist() == (
         expected.tolist()
     )
+
+
+@pytest.mark.parametrize("name", ["JambaForCausalLM", "FalconH1ForCausalLM"])
+def test_transformers_module_declines_linear_attention_layers_with_the_reason(name: str) -> None:
+    # Its wrapper raised on Jamba's layers ("'LinearAttentionLayer' object has no attribute 'keys'") and lost
+    # FalconH1's conv state between calls (tokens differ from eager): a cache it does not carry, not the model's bug.
+    with pytest.raises(ModuleDeclined, match=r"attention keys and values only; \w+ \(layer \d+\) also keeps conv"):
+        export_module_program(tiny_model(name, seed=0), torch.ones(1, 7, dtype=torch.long))
 
 
 def test_static_cache_decode_serves_every_step_of_a_sliding_window_model() -> None:

@@ -48,12 +48,27 @@ def export_module_program(model: Any, prompt: torch.Tensor) -> Any:
     wrapper_class = compat.internal("transformers.integrations.executorch.TorchExportableModuleForDecoderOnlyLM")
     if wrapper_class is None:
         raise ModuleDeclined("this transformers has no integrations.executorch.TorchExportableModuleForDecoderOnlyLM")
+    _decline_linear_attention(model)
     with static_cache_implementation(model):
         try:
             wrapper = wrapper_class(model, batch_size=1, max_cache_len=MAX_CACHE_LEN)
         except (ValueError, AssertionError) as refusal:  # its own sanity checks: the config is not one it supports
             raise ModuleDeclined(f"{type(refusal).__name__}: {refusal}") from refusal
         return wrapper.export(input_ids=prompt[:, :1], cache_position=torch.tensor([0]))
+
+
+def _decline_linear_attention(model: Any) -> None:
+    """transformers' module reads keys and values of every cache layer: a hybrid's linear-attention layers, which keep
+    conv and recurrent states, raise there or lose their state between calls (Jamba, Qwen3Next, Inkling2, FalconH1)."""
+    from hfexport.exporters.generation.cache import LINEAR_ATTENTION_LAYERS
+    from hfexport.exporters.generation.static_cache import static_cache
+
+    for index, layer in enumerate(static_cache(model, MAX_CACHE_LEN).layers):
+        if isinstance(layer, LINEAR_ATTENTION_LAYERS):
+            raise ModuleDeclined(
+                f"transformers' exportable module carries attention keys and values only; {type(layer).__name__} "
+                f"(layer {index}) also keeps conv and recurrent states (the static-cache part generates with them)"
+            )
 
 
 def runtime_step(program: Any, prompt: torch.Tensor, backend: str) -> Step:
