@@ -810,3 +810,11 @@ def test_a_vision_tower_with_its_models_text_main_input_name_reads_images(module
     assert set(inputs) == {"pixel_values"} and inputs["pixel_values"].dim() == 4
     with torch.no_grad():
         assert model(**inputs)[0].shape[0] == 2
+
+
+def test_the_text_tower_of_a_vlm_gets_no_image_placeholders() -> None:
+    # Its type splices images into the text, but it takes none: sample inputs failed with KeyError 'pixel_values'
+    # (a tool error in the 5.24.0 -> 5.25.0 diff).
+    model = tiny_model("Blip2TextModelWithProjection")
+    inputs = sample_inputs(model)
+    assert "pixel_values" not in inputs and inputs["input_ids"].shape == (2, 7)

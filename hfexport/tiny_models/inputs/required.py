@@ -97,7 +97,12 @@ def _image_feature_count(r: Request) -> int:
     return (vision.image_size // vision.patch_size) ** 2
 
 
-@builds(Stage.REQUIRED, when=lambda r: r.config.model_type in SPLICED_IMAGE_TYPES and "input_ids" in r.inputs)
+def _splices_images(r: Request) -> bool:
+    # Not the text towers of those VLMs built alone (Blip2TextModelWithProjection), which take no images.
+    return r.config.model_type in SPLICED_IMAGE_TYPES and "input_ids" in r.inputs and "pixel_values" in r.parameters
+
+
+@builds(Stage.REQUIRED, when=_splices_images)
 def _image_placeholders(r: Request) -> dict[str, torch.Tensor]:
     """Every row opens with one placeholder per image feature, where the VLM splices the image in."""
     count = _image_feature_count(r)
