@@ -7,6 +7,7 @@ import importlib.util
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -818,3 +819,51 @@ def test_the_text_tower_of_a_vlm_gets_no_image_placeholders() -> None:
     model = tiny_model("Blip2TextModelWithProjection")
     inputs = sample_inputs(model)
     assert "pixel_values" not in inputs and inputs["input_ids"].shape == (2, 7)
+
+
+@pytest.mark.parametrize("name", ["DepthAnythingForDepthEstimation", "ZoeDepthForDepthEstimation"])
+def test_depth_heads_get_one_backbone_layer_per_neck_width(name: str) -> None:
+    # Was "The number of hidden states should be equal to the number of neck hidden sizes": the two-layer backbone
+    # gave one level to a four-width neck.
+    model = tiny_model(name)
+    assert len(model.config.backbone_config.out_indices) == len(model.config.neck_hidden_sizes)
+    with torch.no_grad():
+        assert model(**sample_inputs(model)).predicted_depth.shape[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "shape"),
+    [
+        ("speecht5", "SpeechT5HifiGan", lambda config: (2, 7, config.model_in_dim)),
+        ("fastspeech2_conformer", "FastSpeech2ConformerHifiGan", lambda config: (2, 7, config.model_in_dim)),
+        ("qwen2_5_omni", "Qwen2_5OmniToken2WavBigVGANModel", lambda config: (2, config.mel_dim, 7)),
+    ],
+)
+def test_a_vocoder_built_alone_reads_a_spectrogram(module: str, name: str, shape: Any) -> None:
+    # Was "forward() missing 1 required positional argument: 'spectrogram'" ('mel_spectrogram' for BigVGAN).
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    (spectrogram,) = inputs.values()
+    assert spectrogram.shape == shape(model.config)
+    with torch.no_grad():
+        assert model(**inputs).shape[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("detr", "DetrEncoder"),
+        ("conditional_detr", "ConditionalDetrDecoder"),
+        ("table_transformer", "TableTransformerDecoder"),
+        ("autoformer", "AutoformerDecoder"),
+        ("time_series_transformer", "TimeSeriesTransformerDecoder"),
+    ],
+)
+def test_a_stack_whose_model_embeds_its_input_reads_the_embeddings(module: str, name: str) -> None:
+    # Their forward takes inputs_embeds, optional in the signature: without it they raised on None
+    # ("dropout(): argument 'input' must be Tensor, not NoneType"); DETR's also read their model's position embeddings.
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    assert inputs["inputs_embeds"].shape[0] == 2
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == inputs["inputs_embeds"].shape[:2]

@@ -80,6 +80,10 @@ def _main_input(model: PreTrainedModel, parameters: set[str]) -> str:
     if isinstance(name, str) and name not in parameters and name != "inputs" and "pixel_values" in parameters:
         # Vision towers that inherit their model's text main input name (GotOcr2VisionEncoder) read images.
         return "pixel_values"
+    if name not in parameters and "inputs_embeds" in parameters and "input_ids" not in parameters:
+        # Stacks whose model embeds the main input for them (DetrEncoder, TimeSeriesTransformerDecoder) read the
+        # embeddings.
+        return "inputs_embeds"
     if name != "inputs":
         return name
     # "inputs" stands for whatever the encoder reads: encoder-decoder wrappers (SpeechEncoderDecoder) also take it

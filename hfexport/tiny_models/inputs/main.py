@@ -243,3 +243,33 @@ def _trajectories(r: Request) -> dict[str, torch.Tensor]:
         "timesteps": torch.arange(r.seq_length).expand(steps),
         "attention_mask": torch.ones(steps, dtype=torch.long),
     }
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "inputs_embeds")
+def _stack_embeddings(r: Request) -> dict[str, torch.Tensor]:
+    """Encoder and decoder stacks built alone (DETR's, time-series transformers'): their model's embeddings as
+    (batch, sequence, width), the value features before a time-series stack's own value embedding; decoders also
+    cross-attend to (batch, sequence, hidden_size) encoder states."""
+    width = getattr(r.config, "feature_size", None) or r.config.hidden_size
+    # A time-series decoder's positions follow the context window: it reads at most the prediction horizon.
+    decoded = "encoder_hidden_states" in r.parameters and getattr(r.config, "prediction_length", None)
+    length = min(r.seq_length, decoded) if decoded else r.seq_length
+    inputs = {"inputs_embeds": torch.randn(r.batch_size, length, width, generator=r.generator)}
+    if "trend" in r.parameters:
+        # Autoformer's decoder adds each layer's trend to the series' initial trend, in the value features.
+        inputs["trend"] = torch.randn(r.batch_size, length, width, generator=r.generator)
+    states = (r.batch_size, r.seq_length, r.config.hidden_size)
+    if "encoder_hidden_states" in r.parameters:
+        inputs["encoder_hidden_states"] = torch.randn(states, generator=r.generator)
+    for name in sorted(_POSITION_EMBEDDINGS & r.parameters):
+        # DETR-family stacks add their model's position embeddings (of the image's features, of the object queries).
+        inputs[name] = torch.randn(states, generator=r.generator)
+    return inputs
+
+
+_POSITION_EMBEDDINGS = {
+    "object_queries",
+    "object_queries_position_embeddings",
+    "query_position_embeddings",
+    "spatial_position_embeddings",
+}

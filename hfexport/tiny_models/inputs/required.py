@@ -270,3 +270,17 @@ def _task_token_ids(r: Request) -> dict[str, torch.Tensor]:
 def _robot_state(r: Request) -> dict[str, torch.Tensor]:
     # Vision-language-action policies (PI0) act from the robot's state, beside the prompt and camera images.
     return {"state": torch.randn(r.batch_size, r.config.max_state_dim, generator=r.generator)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "spectrogram" in r.missing and hasattr(r.config, "model_in_dim"))
+def _vocoder_spectrogram(r: Request) -> dict[str, torch.Tensor]:
+    # HiFi-GAN vocoders built alone (SpeechT5HifiGan, FastSpeech2ConformerHifiGan) read (batch, frames, mel bins).
+    shape = (r.batch_size, r.seq_length, r.config.model_in_dim)
+    return {"spectrogram": torch.randn(shape, generator=r.generator)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "mel_spectrogram" in r.missing and hasattr(r.config, "mel_dim"))
+def _vocoder_log_mel(r: Request) -> dict[str, torch.Tensor]:
+    # BigVGAN vocoders (Qwen2.5-Omni's Token2Wav) read log-mel (batch, mel bins, frames): channels first.
+    shape = (r.batch_size, r.config.mel_dim, r.seq_length)
+    return {"mel_spectrogram": torch.randn(shape, generator=r.generator)}

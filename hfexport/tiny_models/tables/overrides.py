@@ -226,6 +226,18 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "esmc": {"num_key_value_heads": HEADS},
     # The heads' neck reads one layer per neck width (four): the layers backbone_out_indices names must all exist.
     "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [0, 1, 2, 3]},
+    # So do the depth heads on a backbone (Depth Anything, ZoeDepth): four backbone layers, each one output.
+    **{
+        head: {"backbone_config": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]}}
+        for head in ("depth_anything", "prompt_depth_anything", "tipsv2_dpt")
+    },
+    # The quantizer has no projections around it: its codebook vectors are hidden_size wide.
+    **{codec: {"codebook_dim": HIDDEN} for codec in ("wavtokenizer", "wavtokenizer_encoder")},
+    # ZoeDepth's metric head reads the neck's fused features: bottleneck_features is the fusion width.
+    "zoedepth": {
+        "backbone_config": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
+        "bottleneck_features": HIDDEN,
+    },
     # The last stage's width is the hidden size; the stages' widths and block counts are left to the constructor.
     # Its rotary table is hidden_size // 4 wide, computed from a quarter of a head with partial_rotary_factor 4: eight
     # heads, as at full size (256 / 8).
