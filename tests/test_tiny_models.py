@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 import textwrap
 from pathlib import Path
@@ -867,3 +868,34 @@ def test_a_stack_whose_model_embeds_its_input_reads_the_embeddings(module: str, 
     assert inputs["inputs_embeds"].shape[0] == 2
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape[:2] == inputs["inputs_embeds"].shape[:2]
+
+
+@pytest.mark.parametrize(
+    ("name", "main_input"),
+    [
+        ("SpeechT5EncoderWithTextPrenet", (2, 7)),
+        ("SpeechT5DecoderWithSpeechPrenet", (2, 7, "num_mel_bins")),
+        ("SpeechT5DecoderWithoutPrenet", (2, 7, "hidden_size")),
+    ],
+)
+def test_speecht5_stacks_read_what_their_pre_net_reads(name: str, main_input: tuple[int | str, ...]) -> None:
+    # Each took the model's waveform: a float index into the text pre-net, 10,560 samples into the mel pre-net.
+    from transformers.models.speecht5 import modeling_speecht5
+
+    model = tiny_model(getattr(modeling_speecht5, name))
+    inputs = sample_inputs(model)
+    shape = tuple(getattr(model.config, size) if isinstance(size, str) else size for size in main_input)
+    assert inputs["input_values"].shape == shape
+    if "encoder_hidden_states" in inspect.signature(model.forward).parameters:
+        assert inputs["encoder_hidden_states"].shape == (2, 7, model.config.hidden_size)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == (2, 7)
+
+
+def test_speecht5_text_to_speech_decodes_teacher_forced_mel_frames() -> None:
+    # Was "linear(): argument 'input' must be Tensor, not NoneType": no decoder_input_values.
+    model = tiny_model("SpeechT5ForTextToSpeech")
+    inputs = sample_inputs(model)
+    assert inputs["decoder_input_values"].shape == (2, 7, model.config.num_mel_bins)
+    with torch.no_grad():
+        assert model(**inputs).spectrogram.shape[-1] == model.config.num_mel_bins

@@ -82,6 +82,11 @@ def pixel_values(r: Request, video: bool = False) -> torch.Tensor:
     return torch.randn(r.batch_size, *clip, channels, height, width, generator=r.generator)
 
 
+def mel_frames(r: Request) -> torch.Tensor:
+    """Spectrogram frames a speech decoder's pre-net reads (SpeechT5): (batch, frames, mel bins)."""
+    return torch.randn(r.batch_size, r.seq_length, r.config.num_mel_bins, generator=r.generator)
+
+
 def audio_config(config: PretrainedConfig) -> PretrainedConfig:
     # Speech LMs and CTC wrappers keep the feature sizes on their audio encoder's sub-config.
     # Codecs with a semantic branch (X-Codec2) keep them on their semantic model's.

@@ -7,12 +7,20 @@ import math
 
 import torch
 
-from ..tables import BATCHED_PATCH_TYPES, CODEBOOK_STACKED_TYPES, EMBEDDED_INPUTS, PATCH_IMAGE_TYPES, WAVEFORM_INPUTS
+from ..tables import (
+    BATCHED_PATCH_TYPES,
+    CODEBOOK_STACKED_TYPES,
+    EMBEDDED_INPUTS,
+    PATCH_IMAGE_TYPES,
+    PRENET_INPUTS,
+    WAVEFORM_INPUTS,
+)
 from .draw import (
     audio_config,
     codec_hop,
     feature_frames,
     image_config,
+    mel_frames,
     pixel_values,
     sequence_ids,
     token_ids,
@@ -145,6 +153,13 @@ def _prenet_free_states(r: Request) -> dict[str, torch.Tensor]:
     width = getattr(r.config, "d_model", None) or r.config.hidden_size
     shape = (r.batch_size, r.seq_length, width)
     return {name: torch.randn(shape, generator=r.generator) for name in EMBEDDED_INPUTS[type(r.model).__name__]}
+
+
+@builds(Stage.MAIN, when=lambda r: type(r.model).__name__ in PRENET_INPUTS)
+def _prenet_inputs(r: Request) -> dict[str, torch.Tensor]:
+    # A stack built with one pre-net (SpeechT5EncoderWithTextPrenet) reads what that pre-net embeds, as input_values.
+    kind = PRENET_INPUTS[type(r.model).__name__]
+    return {"input_values": sequence_ids(r) if kind == "token_ids" else mel_frames(r)}
 
 
 @builds(

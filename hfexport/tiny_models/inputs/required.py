@@ -12,6 +12,7 @@ from .draw import (
     feature_frames,
     image_config,
     mel_bins_first,
+    mel_frames,
     pixel_values,
     sequence_ids,
     token_ids,
@@ -284,3 +285,9 @@ def _vocoder_log_mel(r: Request) -> dict[str, torch.Tensor]:
     # BigVGAN vocoders (Qwen2.5-Omni's Token2Wav) read log-mel (batch, mel bins, frames): channels first.
     shape = (r.batch_size, r.config.mel_dim, r.seq_length)
     return {"mel_spectrogram": torch.randn(shape, generator=r.generator)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "decoder_input_values" in r.missing and hasattr(r.config, "num_mel_bins"))
+def _decoder_mel_frames(r: Request) -> dict[str, torch.Tensor]:
+    # SpeechT5's speech heads decode mel frames (teacher-forced, as in training).
+    return {"decoder_input_values": mel_frames(r)}

@@ -59,9 +59,23 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     # Decoders of encoder-decoder models, built alone (sub-module classes the gate selects): they cross-attend.
     "t5_gemma_module": ("encoder_hidden_states",),
     "t5gemma2_decoder": ("encoder_hidden_states",),
+    # SpeechT5's decoders cross-attend; its speech heads decode mel frames (teacher-forced, no generate here).
+    "speecht5": ("encoder_hidden_states", "decoder_input_values"),
 }
 # Model class -> inputs it reads as (batch, sequence, width) states, having no pre-net to embed them.
-EMBEDDED_INPUTS = {"SpeechT5Model": ("input_values", "decoder_input_values"), "PerceiverModel": ("inputs",)}
+EMBEDDED_INPUTS = {
+    "SpeechT5Model": ("input_values", "decoder_input_values"),
+    "SpeechT5Decoder": ("hidden_states",),
+    "SpeechT5EncoderWithoutPrenet": ("input_values",),
+    "SpeechT5DecoderWithoutPrenet": ("input_values",),
+    "PerceiverModel": ("inputs",),
+}
+# Model class -> what its pre-net reads as input_values: "token_ids" (text) or "mel_frames" (batch, frames, mel bins).
+PRENET_INPUTS = {
+    "SpeechT5EncoderWithTextPrenet": "token_ids",
+    "SpeechT5DecoderWithTextPrenet": "token_ids",
+    "SpeechT5DecoderWithSpeechPrenet": "mel_frames",
+}
 # Model class -> the forward parameter its main waveform goes to, where that is not input_values.
 WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
 # VLMs whose ids must hold a placeholder per image feature, where the features are spliced in.
