@@ -18,12 +18,15 @@ from hfexport.exporters.generation import GenerationLengthError
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 DECODER_MODELS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "gpt2", "mixtral", "bloom"]
+DECODER_MODELS += ["LlamaForCausalLM@rope_dynamic"]
 SEQ2SEQ_MODELS = ["t5", "whisper"]
 BACKENDS = ["dynamo", "onnx", "executorch"]
 SEQ2SEQ_BACKENDS = ["dynamo", "onnx"]
 # CI's representative subset; everything else runs with -m slow.
 FAST = {("llama", "dynamo"), ("llama", "onnx"), ("llama", "executorch"), ("gemma2", "dynamo"), ("t5", "dynamo")}
 FAST |= {("bloom", "onnx")}  # alibi: its bias is built from a mask over every cache slot
+# dynamic NTK rope with a context of 8: prompt and new tokens run past it, and its frequencies change as they do
+FAST |= {("LlamaForCausalLM@rope_dynamic", "dynamo")}
 # ExecuTorch is exported with static shapes (its dynamic lowering costs far more time): the loop pads prompts.
 DYNAMIC = {"dynamo": True, "onnx": True, "executorch": False}
 NEW_TOKENS = 16

@@ -36,10 +36,22 @@ CACHES = (SLOT_CACHE, STATIC_CACHE)
 
 def _max_positions(model: PreTrainedModel) -> int | None:
     config = model.config.get_text_config(decoder=True)
+    if "dynamic" in _rope_types(config):  # dynamic NTK rescales its frequencies past max_position_embeddings
+        return None
     for key in ("max_target_positions", "max_position_embeddings", "n_positions"):
         if isinstance(value := getattr(config, key, None), int):
             return value
     return None
+
+
+def _rope_types(config: Any) -> set[str]:
+    """The rope types of ``config.rope_parameters``: one dict, or one per layer type."""
+    parameters = getattr(config, "rope_parameters", None)
+    if not isinstance(parameters, dict):
+        return set()
+    if "rope_type" in parameters:
+        return {parameters["rope_type"]}
+    return {value.get("rope_type") for value in parameters.values() if isinstance(value, dict)}
 
 
 def token_id_list(value: Any) -> list[int]:
