@@ -27,6 +27,7 @@ from hfexport.gate.cells import Cell, FirstBadCommit
 from hfexport.gate.report import Report, new_report
 from hfexport.gate.run import CheckOptions, Target, run_one_cell_at
 from hfexport.gate.views import github_annotations, terminal_table
+from hfexport.github.actions import annotation_commands
 
 NO_OP = "_unused_{} = 0\n"  # a module-level line of code that changes no model
 
@@ -199,7 +200,7 @@ def test_the_answer_is_in_the_schema_the_terminal_and_the_comment() -> None:
     data = report.finalize().as_dict()
     assert not schema.validate_report(data)
     assert "first bad commit: aaaaaaa a change" in terminal_table(Report.from_dict(data))
-    assert "%0AFirst bad commit: aaaaaaa a change" in github_annotations(Report.from_dict(data))[0]
+    assert "%0AFirst bad commit: aaaaaaa a change" in annotation_commands(github_annotations(Report.from_dict(data)))[0]
     for bad in ({"sha": "HEAD~1"}, {"sha": None}, {"sha": sha, "pr": -1}):
         data["cells"][0]["first_bad_commit"] = bad
         assert any("first_bad_commit" in error for error in schema.validate_report(data)), bad

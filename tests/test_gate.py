@@ -23,6 +23,7 @@ from hfexport.cli import main
 from hfexport.gate import changes, checks, report, schema, views
 from hfexport.gate.cells import FAILURE_STATUSES, Cell, Frame
 from hfexport.gate.run import CheckOptions, Target, run_check, target_for
+from hfexport.github import actions
 
 # Cut after LlamaForCausalLM: two model classes keep the runs short.
 LLAMA_CLASSES = ["LlamaModel", "LlamaForCausalLM"]
@@ -150,7 +151,7 @@ def test_onnx_breakage_is_new_then_pre_existing(repo: Path, tmp_path: Path, monk
     assert 'name="LlamaForCausalLM"' in junit and "<failure" in junit
     assert (out / "report.md").read_text().startswith("<!-- hfexport-report -->")
     assert "**What to do:** no translation: onnx cannot express prims.prod." in (out / "report.md").read_text()
-    annotations = views.github_annotations(report.Report.from_dict(data))
+    annotations = actions.annotation_commands(views.github_annotations(report.Report.from_dict(data)))
     assert annotations == [a for a in annotations if a.startswith(f"::error file={LLAMA},line=")]
 
     # A later change to the same model: the failure already happens at base, so the gate passes.
@@ -229,7 +230,7 @@ def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
     _assert_a_comment_a_reviewer_reads(page, broken, line, "if hidden_states.sum() > 1e30:", 6)
     assert "data-dependent at modeling_llama.py" in page and "<code>torch._check(...)</code>" in page
     assert all(f"{name} · dynamo, onnx, executorch" in page for name in LLAMA_CLASSES)
-    annotations = views.github_annotations(report.Report.from_dict(data))
+    annotations = actions.annotation_commands(views.github_annotations(report.Report.from_dict(data)))
     assert len(annotations) == 1 and annotations[0].startswith(f"::error file={LLAMA},line={line},title=6 checks")
     assert "torch._check" in annotations[0]
     # Under the terminal's table too (past the progress lines): the cause once, with its line and the hint.
@@ -419,7 +420,7 @@ def test_annotations_escape_and_skip_pre_existing() -> None:
     data = report.new_report("hfexport", ["onnx"], {"mode": "models", "model_types": [], "representative": False}, {})
     data.cells = [_cell("A", "onnx", "fail", "new"), _cell("B", "onnx", "fail", "pre-existing")]
     data.cells[0].error = "line1, with: 100%\nline2"
-    lines = views.github_annotations(data.finalize())
+    lines = actions.annotation_commands(views.github_annotations(data.finalize()))
     assert len(lines) == 1
     assert lines[0].startswith(f"::error file={LLAMA},line=10,title=A does not export to onnx::")
     assert "100%25" in lines[0] and "%0A" in lines[0]

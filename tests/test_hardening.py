@@ -17,13 +17,13 @@ from checkout_fixture import make_checkout
 from click.testing import CliRunner
 from test_github_comment import commands_in
 
-from hfexport import actions
 from hfexport.cli import main
 from hfexport.gate.cache import ResultCache
 from hfexport.gate.cells import Cell
 from hfexport.gate.markdown import escape_inline
 from hfexport.gate.report import Report
 from hfexport.gate.views import github_annotations
+from hfexport.github import actions
 from hfexport.github.comment import CommentError, resolve_target
 
 HEAD, BASE = "a" * 40, "b" * 40
@@ -297,7 +297,7 @@ def test_annotations_are_capped_per_kind_new_failures_first() -> None:
         *(Cell.from_dict({"model_type": "t", "model_class": f"Odd{i}", "backend": "onnx", "status": "not_checked",
                           "error": "no tiny model"}) for i in range(3)),
     ]  # fmt: skip
-    lines = github_annotations(data.finalize())
+    lines = actions.annotation_commands(github_annotations(data.finalize()))
     assert len(lines) == 10 + 10 + 3 + 1
     assert all(line.startswith("::error file=") and "does not export" in line for line in lines[:10])
     assert all("hfexport failed checking Tool" in line for line in lines[10:20])

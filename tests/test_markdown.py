@@ -13,6 +13,7 @@ from support import load_script
 from hfexport.gate.cells import Cell, Frame
 from hfexport.gate.markdown import MARKER, line_url, render_markdown, repository_url, text_size
 from hfexport.gate.report import Report
+from hfexport.github import actions
 
 HOSTILE = (
     "Evil<img src=x onerror=alert(1)>|@octocat `code` [link](https://evil.example) ![i](x.png) **b** $x$\n| a | b |"
@@ -224,7 +225,7 @@ def test_tool_errors_and_classes_not_checked_are_shown_apart():
     assert "(at hfexport/exporters/exporter_dynamo.py:262 in _is_walkable_object)" in terminal
     junit = gate_views.junit_xml(data)
     assert 'type="hfexport tool error"' in junit and 'message="not checked · eager: ValueError' in junit
-    annotations = gate_views.github_annotations(data)
+    annotations = actions.annotation_commands(gate_views.github_annotations(data))
     assert [a.split(" ", 1)[0] for a in annotations] == ["::error", "::notice"]
 
 

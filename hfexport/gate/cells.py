@@ -47,6 +47,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+@dataclass(frozen=True)
+class Annotation:
+    """What to flag on a workflow's run: a level (``error``, ``warning``, ``notice``), a message, a title and the
+    file and line it belongs to; ``github/actions.py`` writes it as a workflow command."""
+
+    level: str
+    message: str
+    title: str
+    file: str | None = None
+    line: int | None = None
+
+
 @dataclass
 class Frame:
     """A line of code: where a failure broke (``frame``) or where a model class is defined (``source``)."""

@@ -17,8 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .. import actions
-from .cells import Cell, Health, Metrics
+from .cells import Annotation, Cell, Health, Metrics
 
 
 @dataclass(frozen=True)
@@ -248,7 +247,7 @@ def section(cells: list[Cell], escape: Callable[[Any], str]) -> str | None:
     return "\n".join(["### Export health", "", intro, "", *lines])
 
 
-def annotations(cells: list[Cell]) -> list[str]:
+def annotations(cells: list[Cell]) -> list[Annotation]:
     """One ``::warning`` per cell whose program grew, at the model class's line when it is known."""
     lines = []
     for cell in _compared(cells):
@@ -257,7 +256,5 @@ def annotations(cells: list[Cell]) -> list[str]:
             file = source.file if source is not None else None
             line = source.line if source is not None and file else None
             title = f"{cell.model_class} · {cell.backend}: export health"
-            lines.append(
-                actions.command("warning", ", ".join(cell.health.regressions), file=file, line=line, title=title)
-            )
+            lines.append(Annotation("warning", ", ".join(cell.health.regressions), title, file, line))
     return lines

@@ -11,10 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import actions
 from . import health
 from .causes import Cause, group, hint
-from .cells import Cell, disabled_features
+from .cells import Annotation, Cell, disabled_features
 from .report import Report, counts_text
 
 
@@ -115,24 +114,25 @@ def junit_xml(report: Report) -> str:
 ANNOTATIONS_PER_KIND = 10
 
 
-def github_annotations(report: Report) -> list[str]:
-    """``::error`` per cause of new failures (on the line that broke), then per tool error; ``::notice`` per class not
-    checked and for cells not run; ``::warning`` per program that grew. A line that breaks several classes or
+def github_annotations(report: Report) -> list[Annotation]:
+    """The annotations of a run (``github/actions.py`` writes them as workflow commands): an error per cause of new
+    failures (on the line that broke), then per tool error; a notice per class not checked and for cells not run; a
+    warning per program that grew. A line that breaks several classes or
     backends gets one annotation naming them all. At most ``ANNOTATIONS_PER_KIND`` of each kind, then one
-    ``::notice`` that counts the rest."""
+    notice that counts the rest."""
     cells = report.cells
     # Each kind: its items and how one becomes an annotation (only those shown are formatted: a report can hold
     # 20,000 failing cells).
-    kinds: dict[str, tuple[list[Any], Callable[[Any], str]]] = {
+    kinds: dict[str, tuple[list[Any], Callable[[Any], Annotation]]] = {
         "new failures": (group([c for c in cells if c.new_failure]), _failure_annotation),
         "tool errors": ([c for c in cells if c.status == "tool_error"], _tool_error_annotation),
         "classes not checked": ([c for c in cells if c.status == "not_checked"], _not_checked_annotation),
-        "health warnings": (health.annotations(cells), str),  # a program that grew
+        "health warnings": (health.annotations(cells), _as_is),  # a program that grew
     }
     not_run = [c for c in cells if c.status == "not_run"]
     if not_run:
         title = f"{len(not_run)} checks not run within the time budget"
-        kinds["not run"] = ([actions.command("notice", hint(not_run[0]) or "", title=title)], str)
+        kinds["not run"] = ([Annotation("notice", hint(not_run[0]) or "", title)], _as_is)
     lines, left_out = [], []
     for kind, (items, annotation) in kinds.items():
         lines += map(annotation, items[:ANNOTATIONS_PER_KIND])
@@ -140,20 +140,23 @@ def github_annotations(report: Report) -> list[str]:
             left_out.append(f"{len(items) - ANNOTATIONS_PER_KIND} {kind}")
     if left_out:
         message = f"{', '.join(left_out)}: the PR comment and the job summary list every one"
-        lines.append(actions.command("notice", message, title="more annotations than shown here"))
+        lines.append(Annotation("notice", message, "more annotations than shown here"))
     return lines
 
 
-def _tool_error_annotation(cell: Cell) -> str:
-    title = f"hfexport failed checking {cell.model_class} on {cell.backend}"
-    return actions.command("error", cell.label(), title=title)
+def _as_is(annotation: Annotation) -> Annotation:
+    return annotation
 
 
-def _not_checked_annotation(cell: Cell) -> str:
-    return actions.command("notice", cell.label(), title=f"{cell.model_class} not checked on {cell.backend}")
+def _tool_error_annotation(cell: Cell) -> Annotation:
+    return Annotation("error", cell.label(), f"hfexport failed checking {cell.model_class} on {cell.backend}")
 
 
-def _failure_annotation(cause: Cause) -> str:
+def _not_checked_annotation(cell: Cell) -> Annotation:
+    return Annotation("notice", cell.label(), f"{cell.model_class} not checked on {cell.backend}")
+
+
+def _failure_annotation(cause: Cause) -> Annotation:
     """The ``::error`` of one cause of new failures, on the line that broke when the trace reached the checkout's
     code, else on the model class's line."""
     cell = cause.cell
@@ -166,7 +169,7 @@ def _failure_annotation(cause: Cause) -> str:
     message += "".join(f"\nFirst bad commit: {answer.text()}" for answer, _ in cause.first_bad_commits()[:1])
     file = (source and source.file) or None
     line = (source.line or None) if source and file else None
-    return actions.command("error", message, file=file, line=line, title=title)
+    return Annotation("error", message, title, file, line)
 
 
 def write_reports(report: Report, report_dir: Path, details_url: str | None = None) -> dict[str, Path]:

@@ -16,7 +16,9 @@ import os
 import re
 import secrets
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from ..gate.cells import Annotation
 
 # ``##[`` opens a command anywhere in a line; writing its second ``#`` as %23 keeps the text readable and inert.
 _OLD_COMMAND = re.compile(r"##\[")
@@ -44,6 +46,11 @@ def command(name: str, message: str, **properties: str | int | None) -> str:
     """``::name key=value,…::message`` with every value escaped; properties that are None are left out."""
     escaped = ",".join(f"{key}={escape_property(str(value))}" for key, value in properties.items() if value is not None)
     return f"::{name}{' ' + escaped if escaped else ''}::{escape_data(message)}"
+
+
+def annotation_commands(records: Iterable[Annotation]) -> list[str]:
+    """The workflow commands that show each record on its file and line (``::error file=…,line=…,title=…::…``)."""
+    return [command(r.level, r.message, file=r.file, line=r.line, title=r.title) for r in records]
 
 
 def line(text: object) -> str:
