@@ -356,7 +356,8 @@ def _patch_longformer_chunk_counts_as_sizes(original: types.ModuleType) -> Any:
 def _patch_longformer_local_attention_checked(original: Callable) -> Callable:
     # longformer, led: `if is_global_attn` branches on whether attention_mask marks any token global (`.any().item()`,
     # "Could not guard on data-dependent expression Eq(u0, 1)"): the program keeps the local path and checks at run
-    # time that no token is global, as torch.export checks the sizes a trace fixed.
+    # time that no token is global, as torch.export checks the sizes a trace fixed. Known gap: ONNX and ExecuTorch
+    # drop that check, so their programs compute local attention even where the mask marks a token global.
     def forward(self: Any, *args: Any, is_global_attn: Any = None, **kwargs: Any) -> Any:
         if isinstance(is_global_attn, torch.SymBool):
             torch._check(torch.sym_not(is_global_attn), lambda: "the export runs local attention only")
