@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import actions
 from .gate.cells import BACKENDS, parse_shard
+from .github import actions
 from .model_keyed import MODEL_KEYED_KINDS
 
 if TYPE_CHECKING:
@@ -593,7 +593,7 @@ def check(
         _fail(str(error))
     actions.print_block(click.echo, gate_views.terminal_table(result))
     if actions.in_actions():
-        for line in gate_views.github_annotations(result):
+        for line in actions.annotation_commands(gate_views.github_annotations(result)):
             click.echo(line)  # workflow commands, every value escaped by actions.command
     if report_dir is not None:
         written = _write_reports(result, report_dir)
