@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hfexport.tiny_models import CORE_MODEL_TYPES
+from hfexport.gate.model_sets import CORE_MODEL_TYPES
 
 
 def ours(dynamic: bool) -> Callable[[Any, dict], Any]:

@@ -36,9 +36,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hfexport.families import FAMILIES  # noqa: E402
 from hfexport.gate import changes, views  # noqa: E402
 from hfexport.gate.cells import BACKENDS, GENERATION_KEYS, Cell, in_shard, parse_shard  # noqa: E402
+from hfexport.gate.model_sets import FAMILIES  # noqa: E402
 from hfexport.gate.run import CheckOptions, GateError, Target, run_check  # noqa: E402
 
 ENGINES = ("hfexport", "transformers")

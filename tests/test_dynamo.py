@@ -22,7 +22,8 @@ from hfexport.exporters import (
     ExportStageError,
     registry,
 )
-from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
+from hfexport.gate.model_sets import CORE_MODEL_TYPES
+from hfexport.tiny_models import sample_inputs, tiny_model
 
 MODELS = core_params(list(CORE_MODEL_TYPES))
 TOLERANCE = 1e-4

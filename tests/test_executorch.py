@@ -28,7 +28,8 @@ from hfexport.exporters.workarounds import fast_lowering as fast_lowering_workar
 from hfexport.exporters.workarounds import kernels as kernel_workarounds
 from hfexport.exporters.workarounds import lowered as lowered_workarounds
 from hfexport.exporters.workarounds import xnnpack as xnnpack_workarounds
-from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model
+from hfexport.gate.model_sets import CORE_MODEL_TYPES
+from hfexport.tiny_models import sample_inputs, tiny_model
 
 TOLERANCE = 1e-3
 # Every architecture family the issue names, on XNNPACK with static shapes (the CI default).

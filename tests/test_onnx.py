@@ -30,7 +30,8 @@ from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E
 from hfexport.exporters.registry import _REGISTRY, Workaround, all_workarounds  # noqa: E402
 from hfexport.exporters.runner_onnx import OnnxRunner  # noqa: E402
 from hfexport.gate.checks import root_cause  # noqa: E402
-from hfexport.tiny_models import CORE_MODEL_TYPES, sample_inputs, tiny_model  # noqa: E402
+from hfexport.gate.model_sets import CORE_MODEL_TYPES  # noqa: E402
+from hfexport.tiny_models import sample_inputs, tiny_model  # noqa: E402
 
 TOLERANCE = 1e-4
 # CLIPModel rather than clip's default head: the dual encoder (text and image towers) is what CLIP exports are for.

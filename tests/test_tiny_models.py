@@ -19,9 +19,9 @@ from transformers import CLIPModel, LlamaForCausalLM, LlamaModel, PreTrainedMode
 # tester_config is reached through the module: imported by name, pytest would collect it as a test.
 from hfexport import tiny_models
 from hfexport.exporters import AutoExportConfig, AutoHfExporter, ExportedModel
+from hfexport.gate.model_sets import CORE_MODEL_TYPES, GATE_CLASSES
 from hfexport.tiny_models import (
     ALTERNATE_CONFIGS,
-    CORE_MODEL_TYPES,
     UnknownModelError,
     all_model_types,
     model_classes_for_type,
@@ -597,8 +597,6 @@ def test_every_alternate_config_exports_on_dynamo(name: str, tmp_path: Path) -> 
 
 
 def test_gate_classes_are_the_builders_main_heads() -> None:
-    from hfexport.families import GATE_CLASSES
-
     assert [(t, resolve_model_class(t).__name__) for t, _ in GATE_CLASSES] == list(GATE_CLASSES)
 
 

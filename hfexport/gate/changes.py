@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..families import GATE_CLASSES
 from . import reach, touched
 from .impact import VARIANT_SEPARATOR, ImpactMap, default_class
+from .model_sets import GATE_CLASSES
 from .touched import Touch, Touches
 
 MODEL_FILE = re.compile(

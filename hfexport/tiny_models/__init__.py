@@ -10,7 +10,6 @@ Everything is built from config classes: nothing is downloaded. The package read
 - ``variants``: the config variants a class supports (rope types, sliding windows, kv heads, ...), by name.
 """
 
-from ..families import CORE_MODEL_TYPES
 from .classes import (
     VARIANT_SEPARATOR,
     UnknownModelError,
@@ -27,7 +26,6 @@ from .variants import Variant, config_variants
 
 __all__ = [
     "ALTERNATE_CONFIGS",
-    "CORE_MODEL_TYPES",
     "HIDDEN",
     "NEEDS_PACKAGES",
     "UNRUNNABLE",

@@ -1,12 +1,14 @@
-"""The model types that stand for each family of architectures (decoder LM, MoE, encoder, ...): one table, read at
-three sizes by the gate's selection, the tests and the coverage sweep (no exporter reads it).
+"""The model sets: the model types that stand for each family of architectures (decoder LM, MoE, encoder, ...), one
+table read at three sizes by the gate's selection, the backends' tests and the coverage sweep (no exporter reads it).
 
 - ``GATE_CLASSES``: the gate's representative set, the main head of each "gate" type (selected when hfexport's own
   exporters change, ``gate/changes.py``, and by ``--models representative``);
-- ``CORE_MODEL_TYPES``: the "gate" and "core" types, which every backend's own tests export and round-trip;
+- ``CORE_MODEL_TYPES``: the "gate" and "core" types, which every backend's own tests (and ``bench_executorch.py``)
+  export and round-trip;
 - ``FAMILIES``: the named families' types, the coverage sweep's families and its ``representative`` set.
 
-Imports nothing, so the gate's parent process can read it without torch or transformers.
+Imports nothing, so the gate's parent process can read it without torch or transformers; the tiny-model builder
+(below the gate) does not read it.
 """
 
 from __future__ import annotations
