@@ -897,3 +897,29 @@ def test_speecht5_text_to_speech_decodes_teacher_forced_mel_frames() -> None:
     assert inputs["decoder_input_values"].shape == (2, 7, model.config.num_mel_bins)
     with torch.no_grad():
         assert model(**inputs).spectrogram.shape[-1] == model.config.num_mel_bins
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "images"),
+    [("convnext", "ConvNextEncoder", False), ("dinov3_convnext", "DINOv3ConvNextEncoder", True)],
+)
+def test_a_conv_encoder_built_alone_reads_what_its_first_conv_reads(module: str, name: str, images: bool) -> None:
+    # Was "forward() missing 1 required positional argument: 'hidden_states'". DINOv3's first stage is its stem.
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    channels = model.config.num_channels if images else model.config.hidden_sizes[0]
+    assert inputs["hidden_states"].shape[:2] == (2, channels)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == (2, model.config.hidden_sizes[-1])
+
+
+def test_rag_without_a_retriever_reads_retrieved_passages_and_their_scores() -> None:
+    # Was "Make sure that `context_input_ids` are passed, if no `retriever` is set".
+    model = tiny_model("RagTokenForGeneration")
+    inputs = sample_inputs(model)
+    n_docs = model.config.n_docs
+    assert inputs["context_input_ids"].shape == (2 * n_docs, 7)
+    assert inputs["doc_scores"].shape == (2, n_docs)
+    with torch.no_grad():
+        # One row of logits per question and passage.
+        assert model(**inputs).logits.shape[0] == 2 * n_docs

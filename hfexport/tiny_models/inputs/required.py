@@ -73,6 +73,16 @@ def _tower_layers_and_prompt(r: Request) -> dict[str, torch.Tensor | tuple[torch
     }
 
 
+@builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "hidden_sizes"))
+def _stem_feature_map(r: Request) -> dict[str, torch.Tensor]:
+    # Conv encoders built alone read what their first conv reads: ConvNextEncoder its stem's (batch, first stage
+    # width, height / 4, width / 4) map, DINOv3ConvNextEncoder (whose first stage is the stem) the images.
+    channels = next(m for m in r.model.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
+    side = r.config.image_size if channels == r.config.num_channels else r.config.image_size // 4
+    shape = (r.batch_size, channels, side, side)
+    return {"hidden_states": torch.randn(shape, generator=r.generator)}
+
+
 @builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "hidden_size"))
 def _embedded_sequence(r: Request) -> dict[str, torch.Tensor]:
     # Encoders of transformers built on their own (Dinov2Encoder, SpeechT5Encoder) read the embeddings' output:
@@ -291,3 +301,15 @@ def _vocoder_log_mel(r: Request) -> dict[str, torch.Tensor]:
 def _decoder_mel_frames(r: Request) -> dict[str, torch.Tensor]:
     # SpeechT5's speech heads decode mel frames (teacher-forced, as in training).
     return {"decoder_input_values": mel_frames(r)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "context_input_ids" in r.missing and hasattr(r.config, "n_docs"))
+def _retrieved_passages(r: Request) -> dict[str, torch.Tensor]:
+    """RAG without a retriever: n_docs passages per question, as the generator's (batch * n_docs, sequence) ids, and
+    each passage's retrieval score."""
+    passages = r.batch_size * r.config.n_docs
+    return {
+        "context_input_ids": token_ids(r.config.generator, (passages, r.seq_length), r.generator),
+        "context_attention_mask": torch.ones(passages, r.seq_length, dtype=torch.long),
+        "doc_scores": torch.randn(r.batch_size, r.config.n_docs, generator=r.generator),
+    }
