@@ -51,7 +51,8 @@ def comment_of(report: Path, repository: str) -> str:
     if report.suffix != ".json":
         return report.read_text(encoding="utf-8")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from hfexport.gate.markdown import render_markdown, repository_url
+    from hfexport.gate.escaping import repository_url
+    from hfexport.gate.markdown import render_markdown
     from hfexport.gate.schema import load_report
 
     return render_markdown(load_report(report), repository=repository_url("https://github.com", repository))

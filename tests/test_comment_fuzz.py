@@ -28,7 +28,8 @@ from test_markdown import live_links
 from hfexport.cli import main
 from hfexport.gate.cache import ResultCache
 from hfexport.gate.cells import CELL_KEY_SINCE, CELL_KEYS, STATUSES, Cell
-from hfexport.gate.markdown import MARKER, text_size
+from hfexport.gate.escaping import text_size
+from hfexport.gate.markdown import MARKER
 from hfexport.gate.report import Report, summarize
 from hfexport.gate.schema import MAX_REPORT_BYTES, validate_cell
 

@@ -16,7 +16,8 @@ from fake_github import FakeGitHub
 from test_markdown import HOSTILE, cell, report
 
 from hfexport.cli import main
-from hfexport.gate.markdown import MARKER, text_size
+from hfexport.gate.escaping import text_size
+from hfexport.gate.markdown import MARKER
 from hfexport.gate.schema import ReportError, load_report
 from hfexport.github.comment import ACTIONS_BOT, CommentError, resolve_target
 

@@ -20,7 +20,7 @@ from test_github_comment import commands_in
 from hfexport.cli import main
 from hfexport.gate.cache import ResultCache
 from hfexport.gate.cells import Cell
-from hfexport.gate.markdown import escape_inline
+from hfexport.gate.escaping import escape_inline
 from hfexport.gate.report import Report
 from hfexport.gate.views import github_annotations
 from hfexport.github import actions

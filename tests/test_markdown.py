@@ -11,7 +11,8 @@ from markdown_it import MarkdownIt
 from support import load_script
 
 from hfexport.gate.cells import Cell, Frame
-from hfexport.gate.markdown import MARKER, line_url, render_markdown, repository_url, text_size
+from hfexport.gate.escaping import line_url, repository_url, text_size
+from hfexport.gate.markdown import MARKER, render_markdown
 from hfexport.gate.report import Report
 from hfexport.github import actions
 

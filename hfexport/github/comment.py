@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..gate.markdown import MARKER, render_markdown, repository_url
+from ..gate.escaping import repository_url
+from ..gate.markdown import MARKER, render_markdown
 from ..gate.report import Report
 from ..gate.schema import SHA
 from .event import EventError, event_pr, read_event
