@@ -923,3 +923,22 @@ def test_rag_without_a_retriever_reads_retrieved_passages_and_their_scores() -> 
     with torch.no_grad():
         # One row of logits per question and passage.
         assert model(**inputs).logits.shape[0] == 2 * n_docs
+
+
+def test_videomae_pre_training_masks_the_same_half_of_the_tubelets_in_every_sample() -> None:
+    # Was "forward() missing 1 required positional argument: 'bool_masked_pos'".
+    model = tiny_model("VideoMAEForPreTraining")
+    masked = sample_inputs(model)["bool_masked_pos"]
+    assert (masked == masked[0]).all() and masked[0].sum() == masked.shape[1] // 2
+    with torch.no_grad():
+        assert model(**sample_inputs(model)).logits.shape[:2] == (2, masked.shape[1] // 2)
+
+
+def test_a_perceiver_resampler_built_alone_reads_image_features_and_their_mask() -> None:
+    from transformers.models.idefics2.modeling_idefics2 import Idefics2PerceiverResampler
+
+    model = tiny_model(Idefics2PerceiverResampler)
+    inputs = sample_inputs(model)
+    assert inputs["context"].shape == (2, 7, model.config.hidden_size)
+    with torch.no_grad():
+        assert model(**inputs).shape == (2, model.config.resampler_n_latents, model.config.hidden_size)

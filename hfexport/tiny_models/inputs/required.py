@@ -313,3 +313,24 @@ def _retrieved_passages(r: Request) -> dict[str, torch.Tensor]:
         "context_attention_mask": torch.ones(passages, r.seq_length, dtype=torch.long),
         "doc_scores": torch.randn(r.batch_size, r.config.n_docs, generator=r.generator),
     }
+
+
+@builds(Stage.REQUIRED, when=lambda r: "bool_masked_pos" in r.missing and hasattr(r.config, "tubelet_size"))
+def _masked_tubelets(r: Request) -> dict[str, torch.Tensor]:
+    # VideoMAE's pre-training head reconstructs the masked tubelets: half of them, the same ones in every sample (it
+    # gathers an equal number per sample).
+    side = r.config.image_size // r.config.patch_size
+    tubelets = r.config.num_frames // r.config.tubelet_size * side * side
+    masked = torch.zeros(tubelets, dtype=torch.bool)
+    masked[torch.randperm(tubelets, generator=r.generator)[: tubelets // 2]] = True
+    return {"bool_masked_pos": masked.repeat(r.batch_size, 1)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: {"context", "attention_mask"} <= r.missing)
+def _resampled_features(r: Request) -> dict[str, torch.Tensor]:
+    # Perceiver resamplers built alone (Idefics2PerceiverResampler) read the projected image features and their mask.
+    shape = (r.batch_size, r.seq_length, r.config.hidden_size)
+    return {
+        "context": torch.randn(shape, generator=r.generator),
+        "attention_mask": torch.ones(r.batch_size, r.seq_length, dtype=torch.long),
+    }
