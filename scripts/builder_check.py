@@ -50,9 +50,10 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
 
 def check_class(job: dict[str, Any], checkout: Path | None, timeout: int) -> tuple[str, str | None]:
     """("checked", None) when the job's class builds and runs eagerly through the gate's builder path
-    (``checks.ClassUnderTest``), else the status the gate gives its cells ("not_checked", "tool_error", "oom") and
-    ``"<step>: <ErrorType>: <first line>"``."""
-    from hfexport.gate.checks import CellFailure, ClassUnderTest
+    (``checks.building.ClassUnderTest``), else the status the gate gives its cells ("not_checked", "tool_error",
+    "oom") and ``"<step>: <ErrorType>: <first line>"``."""
+    from hfexport.gate.checks.building import ClassUnderTest
+    from hfexport.gate.checks.failures import CellFailure
 
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)

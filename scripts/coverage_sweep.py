@@ -648,9 +648,9 @@ def _backend_section(
 
 @functools.cache
 def generating_class(model_class: str) -> bool:
-    """Whether the gate runs greedy generation on the tiny model of ``model_class`` (``checks.generates``)."""
+    """Whether the gate runs greedy generation on the tiny model of ``model_class`` (``generation.generates``)."""
     from hfexport import tiny_models
-    from hfexport.gate.checks import generates
+    from hfexport.gate.checks.generation import generates
 
     try:
         cls = tiny_models.resolve_model_class(model_class)

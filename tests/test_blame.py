@@ -12,8 +12,10 @@ from hfexport.exporters import AutoExportConfig, AutoHfExporter
 from hfexport.exporters.registry import watch_patches
 from hfexport.exporters.workarounds.dynamo import _patch_sdpa_math_kernel_on_cpu
 from hfexport.exporters.workarounds.lowered import _patch_rotary_frequencies_as_cos_sin
-from hfexport.gate import checks
 from hfexport.gate.blame import blame
+from hfexport.gate.checks import second_shape
+from hfexport.gate.checks.comparing import OutputMismatch
+from hfexport.gate.checks.failures import CellFailure, frame_record, step
 
 
 def _raised(function, *args) -> BaseException:
@@ -92,8 +94,8 @@ def test_a_toolchain_error_while_hfexport_drives_it_is_the_export() -> None:
     assert blame(error).owner == "toolchain"
 
 
-def _cell_failure(stage: str, function, *args, building: bool = False) -> checks.CellFailure:
-    with pytest.raises(checks.CellFailure) as info, checks.step(stage, {}, "key", building=building):
+def _cell_failure(stage: str, function, *args, building: bool = False) -> CellFailure:
+    with pytest.raises(CellFailure) as info, step(stage, {}, "key", building=building):
         function(*args)
     return info.value
 
@@ -107,7 +109,7 @@ def test_statuses_follow_the_owner_and_the_step() -> None:
     assert _cell_failure("onnx · export", transformers.AutoConfig.for_model, "no_such_type").status == "fail"
 
     def mismatch() -> None:
-        raise checks.OutputMismatch("logits: max abs diff 1 > 0.0001")
+        raise OutputMismatch("logits: max abs diff 1 > 0.0001")
 
     # hfexport's own finding about an export is the model's result, not a tool error.
     assert _cell_failure("compare", mismatch).status == "fail"
@@ -123,7 +125,7 @@ def test_a_class_no_tiny_model_runs_is_not_checked_with_its_reason() -> None:
 
 def test_a_tool_error_cell_records_the_hfexport_frame() -> None:
     failure = _cell_failure("build", compat.resolve, "transformers.nope.X", building=True)
-    record = checks.frame_record(failure.frame, None, failure.workaround)
+    record = frame_record(failure.frame, None, failure.workaround)
     assert record["file"] == "hfexport/compat.py"
     assert record["function"] == "resolve_path" and record["text"].startswith("raise UnresolvedPathError")
 
@@ -142,12 +144,12 @@ def test_second_shape_skips_what_the_model_cannot_run_but_reports_our_builders_f
 
     original = model.forward
     model.forward = refuses_batch_3
-    checks._check_second_shape(model, inputs, original, 1e-4, cell, {})
+    second_shape.check_second_shape(model, inputs, original, 1e-4, cell, {})
     assert cell["second_shape"]["status"] == "skipped"
 
     # A shape hfexport's input builder refuses to make (its own ValueError): a tool error, never a skip.
     model.forward = original
-    monkeypatch.setattr(checks, "SECOND_SHAPE", {"batch_size": 1, "seq_length": 11})
-    with pytest.raises(checks.CellFailure) as raised:
-        checks._check_second_shape(model, inputs, original, 1e-4, {}, {})
+    monkeypatch.setattr(second_shape, "SECOND_SHAPE", {"batch_size": 1, "seq_length": 11})
+    with pytest.raises(CellFailure) as raised:
+        second_shape.check_second_shape(model, inputs, original, 1e-4, {}, {})
     assert raised.value.status == "tool_error" and raised.value.step == "second shape"

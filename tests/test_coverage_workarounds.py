@@ -23,7 +23,7 @@ from hfexport.exporters import (
     registry,
 )
 from hfexport.exporters import pytree as export_pytree
-from hfexport.gate.checks import SECOND_SHAPE
+from hfexport.gate.checks.second_shape import SECOND_SHAPE
 from hfexport.gate.skips import EXPORT_SKIPS
 from hfexport.tiny_models import resolve_model_class, sample_inputs, tiny_model
 from hfexport.tiny_models.inputs.precomputed import recorded_layout

@@ -196,7 +196,7 @@ def test_distributions_patch_exports_a_distribution_of_computed_parameters(monke
 
 
 def test_manifest_records_patches_and_schema_1_exports_still_load(tmp_path):
-    from hfexport.gate.checks import workarounds_used
+    from hfexport.gate.checks.engines import workarounds_used
 
     model = tiny_model("llama")
     inputs = sample_inputs(model)

@@ -20,8 +20,12 @@ from click.testing import CliRunner
 from support import load_script
 
 from hfexport.cli import main
-from hfexport.gate import changes, checks, report, schema, views
+from hfexport.gate import changes, report, schema, views
 from hfexport.gate.cells import FAILURE_STATUSES, Cell, Frame
+from hfexport.gate.checks.cell import run_cell
+from hfexport.gate.checks.comparing import TOLERANCES, compare
+from hfexport.gate.checks.engines import engine
+from hfexport.gate.checks.second_shape import SECOND_SHAPE
 from hfexport.gate.run import CheckOptions, Target, run_check, target_for
 from hfexport.github import actions
 
@@ -437,32 +441,32 @@ def test_compare_lines_up_numbers_with_runtime_tensors() -> None:
     hidden = torch.ones(2, 3)
     eager = {"last_hidden_state": hidden, "sizes": ((8, 8), (4, 4))}
     runtime = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(8)), (4, 4))}
-    assert checks.compare(eager, runtime, 1e-4) == (0.0, 0.0, None)
+    assert compare(eager, runtime, 1e-4) == (0.0, 0.0, None)
     wrong = {"last_hidden_state": hidden.clone(), "sizes": ((torch.tensor(8), torch.tensor(7)), (4, 4))}
-    assert checks.compare(eager, wrong, 1e-4)[2] == "sizes.0.1: max abs diff 1 > 0.0001 (relative 0.125)"
+    assert compare(eager, wrong, 1e-4)[2] == "sizes.0.1: max abs diff 1 > 0.0001 (relative 0.125)"
 
 
 def test_compare_scales_the_tolerance_with_large_outputs() -> None:
     # Float error grows with the values: 1.3e-4 on outputs of 30 is a match (relative 4e-6), on outputs of 1 it is not.
     large, small = torch.tensor([30.0, -12.0]), torch.tensor([1.0, -0.5])
-    assert checks.compare({"x": large}, {"x": large + 1.3e-4}, 1e-4)[2] is None
-    max_abs, max_rel, problem = checks.compare({"x": small}, {"x": small + 1.3e-4}, 1e-4)
+    assert compare({"x": large}, {"x": large + 1.3e-4}, 1e-4)[2] is None
+    max_abs, max_rel, problem = compare({"x": small}, {"x": small + 1.3e-4}, 1e-4)
     assert problem == f"x: max abs diff {max_abs:.3g} > 0.0001 (relative {max_rel:.3g})"
     # Each output on its own scale: a large one does not excuse a small one.
-    assert checks.compare({"a": large, "b": small}, {"a": large, "b": small + 1.3e-4}, 1e-4)[2].startswith("b: ")
+    assert compare({"a": large, "b": small}, {"a": large, "b": small + 1.3e-4}, 1e-4)[2].startswith("b: ")
 
 
 def test_compare_passes_nan_and_inf_only_where_eager_has_the_same() -> None:
     nan, inf = float("nan"), float("inf")
     eager = {"logits": torch.tensor([1.0, nan, inf, -inf])}
     same = {"logits": torch.tensor([1.0 + 1e-6, nan, inf, -inf])}
-    assert checks.compare(eager, same, 1e-4)[2] is None  # NaN and inf where eager has them: compared elsewhere
+    assert compare(eager, same, 1e-4)[2] is None  # NaN and inf where eager has them: compared elsewhere
     for wrong in ([nan, nan, inf, -inf], [1.0, 2.0, inf, -inf], [1.0, nan, -inf, -inf], [1.0, nan, 5.0, -inf]):
-        _, _, problem = checks.compare(eager, {"logits": torch.tensor(wrong)}, 1e-4)
+        _, _, problem = compare(eager, {"logits": torch.tensor(wrong)}, 1e-4)
         assert problem and problem.startswith("logits: "), wrong
     all_nan = {"logits": torch.full((3,), nan)}
-    assert checks.compare({"logits": torch.zeros(3)}, all_nan, 1e-4)[2] is not None  # a NaN output never passes
-    assert checks.compare(all_nan, {"logits": torch.full((3,), nan)}, 1e-4)[2] is None  # unless eager is NaN there
+    assert compare({"logits": torch.zeros(3)}, all_nan, 1e-4)[2] is not None  # a NaN output never passes
+    assert compare(all_nan, {"logits": torch.full((3,), nan)}, 1e-4)[2] is None  # unless eager is NaN there
 
 
 def test_the_base_checkout_leaves_the_users_worktree_records_alone(tmp_path: Path) -> None:
@@ -514,7 +518,7 @@ def test_a_class_no_auto_mapping_lists_is_built_from_its_own_config_class():
     ]
     for model_type, model_class, module in jobs:
         job = {"model_type": model_type, "model_class": model_class, "module": module, "backend": "dynamo"}
-        cell = checks.run_cell({**job, "generation": False}, None)
+        cell = run_cell({**job, "generation": False}, None)
         assert cell["status"] == "pass", (model_class, cell["stage"], cell["error"])
 
 
@@ -524,12 +528,12 @@ def test_executorch_cells_plan_memory_for_the_shapes_the_gate_runs() -> None:
 
     model = tiny_models.tiny_model("LlamaModel", seed=0)
     inputs = tiny_models.sample_inputs(model)
-    export, _, _ = checks.engine("hfexport")
+    export, _, _ = engine("hfexport")
     exported = export(model, inputs, "executorch", False)
     (component,) = exported.components.values()
     bounds = [upper for dims in component["dynamic_dims"].values() for _, upper in dims.values()]
     assert bounds and set(bounds) == {16}, component["dynamic_dims"]  # batch 2 and length 7 traced: 16 admits 3 and 11
     assert component["planned_memory_bytes"] < 2**20
-    second = tiny_models.sample_inputs(model, seed=1, **checks.SECOND_SHAPE)
+    second = tiny_models.sample_inputs(model, seed=1, **SECOND_SHAPE)
     with torch.no_grad():
-        assert checks.compare(model(**second), exported(**second), checks.TOLERANCES["executorch"])[2] is None
+        assert compare(model(**second), exported(**second), TOLERANCES["executorch"])[2] is None

@@ -278,7 +278,7 @@ def test_cli_max_cache_len_needs_for_generation(tmp_path: Path) -> None:
 def test_gate_records_generation_as_skipped_when_eager_cannot_generate_text() -> None:
     # Higgs-Audio v2 is a decoder LM whose generate() emits audio codebooks and rejects min_new_tokens: the gate's
     # greedy comparison has no eager reference, so the cell passes on its forward check and says why.
-    from hfexport.gate.checks import run_cell
+    from hfexport.gate.checks.cell import run_cell
 
     job = {"model_type": "higgs_audio_v2", "model_class": "HiggsAudioV2ForConditionalGeneration"}
     cell = run_cell({**job, "module": None, "backend": "dynamo", "generation": True}, None)
@@ -290,7 +290,7 @@ def test_gate_records_generation_as_skipped_when_eager_cannot_generate_text() ->
 def test_a_decoder_without_past_key_values_is_declined_and_the_gate_says_so() -> None:
     # xLSTM keeps its recurrent state in cache_params: reading past_key_values raised AttributeError, a tool error.
     from hfexport.exporters.generation.export import _eager_cache
-    from hfexport.gate.checks import run_cell
+    from hfexport.gate.checks.cell import run_cell
 
     model = tiny_model("xLSTMForCausalLM")
     with pytest.raises(NotImplementedError, match="returns no transformers Cache"):

@@ -18,15 +18,15 @@ from click.testing import CliRunner
 
 from hfexport.cli import main
 from hfexport.exporters import AutoExportConfig, AutoHfExporter
-from hfexport.gate import checks
 from hfexport.gate.blame import blame
 from hfexport.gate.cells import Cell
-from hfexport.gate.checks import run_cell
+from hfexport.gate.checks.cell import run_cell
+from hfexport.gate.checks.generation import GENERATION_TOKENS, eager_tokens
 from hfexport.gate.export_modules import ModuleDeclined, export_module_program
 from hfexport.gate.schema import validate_cell
 from hfexport.tiny_models import sample_inputs, tiny_model
 
-NEW_TOKENS = checks.GENERATION_TOKENS  # the gate's greedy tokens, compared by checks._eager_tokens
+NEW_TOKENS = GENERATION_TOKENS  # the gate's greedy tokens, compared by eager_tokens
 CACHE_UTILS = "src/transformers/cache_utils.py"
 # The top of StaticLayer.update in transformers 5.23 (the first lines after its docstring).
 STATIC_UPDATE_TOP = """        # Lazy initialization
@@ -50,7 +50,7 @@ def test_static_cache_generation_with_linear_attention_layers_matches_eager() ->
     # values: all of them go in and out of the decode program, so four greedy tokens equal eager's.
     model = tiny_model("FalconH1ForCausalLM", seed=0)
     input_ids = sample_inputs(model)["input_ids"]
-    expected = checks._eager_tokens(model, input_ids)
+    expected = eager_tokens(model, input_ids)
     exported = _static_export(model)
     cache = exported.manifest["generation"]["cache"]
     assert cache["layout"] == "transformers-static"
@@ -65,7 +65,7 @@ def test_static_cache_generation_of_an_alibi_model_matches_eager() -> None:
     # as generate's does (the bias was as long as the tokens seen: "expanded size 128 must match 7").
     model = tiny_model("BloomForCausalLM", seed=0)
     input_ids = sample_inputs(model)["input_ids"]
-    expected = checks._eager_tokens(model, input_ids)
+    expected = eager_tokens(model, input_ids)
     exported = _static_export(model)
     assert exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist() == (
         expected.tolist()
@@ -87,7 +87,7 @@ def test_static_cache_decode_serves_every_step_of_a_sliding_window_model() -> No
     input_ids = sample_inputs(model)["input_ids"]
     exported = _static_export(model)
     produced = exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
-    assert produced.tolist() == checks._eager_tokens(model, input_ids).tolist()
+    assert produced.tolist() == eager_tokens(model, input_ids).tolist()
 
 
 def test_a_window_shorter_than_the_prompt_is_declined_with_the_reason() -> None:

@@ -16,8 +16,9 @@ from checkout_fixture import LLAMA, commit, git, llama_source, make_checkout
 from click.testing import CliRunner
 
 from hfexport.cli import main
-from hfexport.gate import checks, health, schema
+from hfexport.gate import health, schema
 from hfexport.gate.cells import Cell, Health, Metrics
+from hfexport.gate.checks.cell import run_cell
 from hfexport.gate.markdown import render_markdown
 from hfexport.gate.report import Report, new_report
 
@@ -43,7 +44,7 @@ LLAMA_JOB = {
 def test_a_passing_cell_measures_its_program_and_times_it_beside_the_heads(backend: str, tmp_path: Path) -> None:
     store = health.ProgramStore(tmp_path)
     job = {**LLAMA_JOB, "backend": backend}
-    head = checks.run_cell({**job, **store.job_fields("LlamaForCausalLM")}, None)
+    head = run_cell({**job, **store.job_fields("LlamaForCausalLM")}, None)
     assert head["status"] == "pass", head
     metrics = head["metrics"]
     assert metrics["nodes"] == sum(metrics["ops"].values()) > 50
@@ -54,7 +55,7 @@ def test_a_passing_cell_measures_its_program_and_times_it_beside_the_heads(backe
     assert metrics["latency_ms"] > 0 and metrics["dynamic_dims"] == 4  # batch and length of both inputs
     assert "paired_latency" not in head
 
-    base = checks.run_cell({**job, **store.for_base().job_fields("LlamaForCausalLM")}, None)
+    base = run_cell({**job, **store.for_base().job_fields("LlamaForCausalLM")}, None)
     paired = base["paired_latency"]
     assert paired["rounds"] == 7 and 0 <= paired["head_slower_rounds"] <= 7
     assert paired["head_ms"] > 0 and paired["base_ms"] > 0
@@ -64,7 +65,7 @@ def test_a_passing_cell_measures_its_program_and_times_it_beside_the_heads(backe
 
 def test_the_competitors_engine_is_not_measured() -> None:
     # transformers.exporters' ExportedModel has no manifest: measuring it made every cell a tool error.
-    cell = checks.run_cell({**LLAMA_JOB, "model_class": "LlamaModel", "backend": "dynamo"}, None, "transformers")
+    cell = run_cell({**LLAMA_JOB, "model_class": "LlamaModel", "backend": "dynamo"}, None, "transformers")
     assert cell["status"] == "pass", cell
     assert "metrics" not in cell and "health" not in cell["timings"]
 

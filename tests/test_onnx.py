@@ -29,7 +29,7 @@ from hfexport.exporters import (  # noqa: E402
 from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E402
 from hfexport.exporters.registry import _REGISTRY, Workaround, all_workarounds  # noqa: E402
 from hfexport.exporters.runner_onnx import OnnxRunner  # noqa: E402
-from hfexport.gate.checks import root_cause  # noqa: E402
+from hfexport.gate.checks.failures import root_cause  # noqa: E402
 from hfexport.gate.model_sets import CORE_MODEL_TYPES  # noqa: E402
 from hfexport.tiny_models import sample_inputs, tiny_model  # noqa: E402
 

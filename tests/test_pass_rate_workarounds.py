@@ -14,7 +14,7 @@ from hfexport.exporters import (
     exporter_dynamo,  # noqa: F401  (registers the "dynamo" workarounds)
     registry,
 )
-from hfexport.gate.checks import SECOND_SHAPE
+from hfexport.gate.checks.second_shape import SECOND_SHAPE
 from hfexport.tiny_models import models, sample_inputs, tiny_model
 
 

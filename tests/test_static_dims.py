@@ -225,10 +225,10 @@ def test_sequences_unrolled_in_python_are_declared_static_and_the_gate_varies_on
     # prediction network and nemotron3.5's chunked audio encoder loop over time in Python, blt sizes its byte patches
     # by .item(), funnel keeps positions in Python lists, deepseek_v4 cuts compression windows by arithmetic on the
     # length: undeclared, the second shape failed ("specialized", or a guard on frames // 8).
-    from hfexport.gate import checks
+    from hfexport.gate.checks.cell import run_cell
 
     job = {"model_type": "", "model_class": model_class, "module": None, "backend": "dynamo", "generation": False}
-    cell = checks.run_cell(job, None)
+    cell = run_cell(job, None)
     assert cell["status"] == "pass", cell.get("error")
     assert cell["second_shape"]["status"] == "pass"
     assert {shape[0] for shape in cell["second_shape"]["inputs"].values()} == {3}
@@ -268,10 +268,10 @@ def test_a_runner_names_the_declaration_when_a_declared_static_dim_differs() -> 
 )
 def test_models_looping_over_images_keep_the_image_count_static(model_class: str, declaration: str) -> None:
     # Undeclared, tracing unrolled the per-image loop and the second shape (3 images) failed as "specialized".
-    from hfexport.gate import checks
+    from hfexport.gate.checks.cell import run_cell
 
     job = {"model_type": "", "model_class": model_class, "module": None, "backend": "dynamo", "generation": False}
-    cell = checks.run_cell(job, None)
+    cell = run_cell(job, None)
     assert cell["status"] == "pass", cell.get("error")
     assert declaration in cell["workarounds"]
     assert cell["second_shape"] == {

@@ -11,6 +11,7 @@ from typing import Any
 from .auto import AutoExportConfig, AutoHfExporter, register_backend
 from .backends import available_formats
 from .base import ExportConfigMixin, ExportedModel, HfExporter, ModelRunner
+from .errors import ExportFailure, ExportStageError, SpecializedDimension
 from .registry import (
     register_dim_multiples,
     register_fx_node_fix,
@@ -22,7 +23,6 @@ from .registry import (
     register_patch,
     register_static_dims,
 )
-from .utils import ExportStageError
 
 _LAZY = {
     "DynamoConfig": "hfexport.exporters.exporter_dynamo",
@@ -31,16 +31,20 @@ _LAZY = {
     "OnnxExporter": "hfexport.exporters.exporter_onnx",
     "ExecutorchConfig": "hfexport.exporters.exporter_executorch",
     "ExecutorchExporter": "hfexport.exporters.exporter_executorch",
+    "SharedTrace": "hfexport.exporters.exporter_dynamo",
+    "named_leaves": "hfexport.exporters.pytree",
 }
 
 __all__ = [
     "AutoExportConfig",
     "AutoHfExporter",
     "ExportConfigMixin",
+    "ExportFailure",
     "ExportStageError",
     "ExportedModel",
     "HfExporter",
     "ModelRunner",
+    "SpecializedDimension",
     "available_formats",
     "register_backend",
     "register_dim_multiples",

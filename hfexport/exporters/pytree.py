@@ -231,3 +231,15 @@ def leaf_names(spec: pytree.TreeSpec) -> list[str]:
                 parts.append(str(entry).strip(".[]"))
         names.append(".".join(parts))
     return names
+
+
+def named_leaves(value: Any) -> list[tuple[str, Any]]:
+    """(readable name, leaf) for every leaf of ``value``, caches included (their types registered first); leaves are
+    numbered where their spec cannot be named."""
+    register_cache_types()
+    leaves, spec = pytree.tree_flatten(value)
+    try:
+        names = leaf_names(spec)
+    except Exception:
+        names = [str(i) for i in range(len(leaves))]
+    return list(zip(names, leaves, strict=True))

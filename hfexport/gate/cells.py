@@ -15,9 +15,9 @@ from typing import Any
 
 # The built-in backends, in the order reports show them.
 BACKENDS = ("dynamo", "onnx", "executorch")
-# The backends whose cells of one class run in one job (``checks.run_cells``) and one shard: dynamo's trace is ONNX's
-# wherever no ONNX patch is reached. ExecuTorch bounds its dynamic dimensions and patches attention, so its trace
-# differs: its cells run on their own.
+# The backends whose cells of one class run in one job (``checks.cell.check_class_in_job``) and one shard: dynamo's
+# trace is ONNX's wherever no ONNX patch is reached. ExecuTorch bounds its dynamic dimensions and patches attention, so
+# its trace differs: its cells run on their own.
 SHARED_TRACE_BACKENDS = ("dynamo", "onnx")
 
 # "tool_error": hfexport itself failed (exit code 2); "not_checked": no tiny model could be built or run eagerly.
@@ -27,7 +27,8 @@ FAILURE_STATUSES = frozenset({"fail", "crash", "timeout", "oom", "error"})
 # "not_run": the time budget (--budget) ran out before the cell started; never a pass.
 NOT_A_RESULT = frozenset({"tool_error", "not_checked", "not_run"})
 # The result of a cell whose job did not start before the time budget ran out.
-# A decoder LM's generation parts (``checks.GENERATION_PARTS`` and the export module) and the words reports use.
+# A decoder LM's generation parts (``checks.generation.GENERATION_PARTS`` and the export module) and the words reports
+# use.
 GENERATION_KEYS = ("generation", "generation_static", "export_module")
 GENERATION_STATUSES = ("pass", "fail", "skipped", "not_checked")
 # The backends whose runtimes run transformers' exported module (torch.export's program, ExecuTorch's LLM runner).
@@ -198,7 +199,7 @@ class Cell:
         return data | {key: _part_json(data[key]) for key in _PARTS}
 
     def apply_result(self, result: dict[str, Any]) -> None:
-        """Take a job's outcome (see ``checks.run_cell``) as this cell's result: the worker's dict, typed once."""
+        """Take a job's outcome (see ``checks.cell.run_cell``) as this cell's result: the worker's dict, typed once."""
         outcome = Cell.from_dict({**result, **{key: getattr(self, key) for key in _REQUIRED}})
         keys = ("status", "stage", "error_type", "error", "max_abs_diff", "max_rel_diff", "generation", "frame")
         for key in (*keys, *GENERATION_KEYS[1:], "second_shape", "cached", "timings", "workarounds", "metrics"):

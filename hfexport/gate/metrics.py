@@ -1,6 +1,6 @@
 """What a passing cell's exported program is: its size, its operators and its latency on the backend's runtime.
 
-Runs in a job's child (``checks.py``), on the export the cell saved and loaded. ``program_metrics`` measures one
+Runs in a job's child (``checks/``), on the export the cell saved and loaded. ``program_metrics`` measures one
 program; ``keep_program`` leaves it (and the inputs it ran on) where the base run of the same cell finds it, and
 ``paired_latency`` times the head's program and the base's in one process, interleaved, since two latencies measured
 apart on a shared runner differ by more than the change being measured. ``health.py`` (the parent) compares them.

@@ -5,9 +5,10 @@ torch, transformers, hfexport and the selected backends' modules, then reads JSO
 JSON lines on stdout. Each job runs in a child forked from this warm process, so it starts in milliseconds with
 everything imported, and a segfault, abort, hang or memory blow-up ends only that child: the worker turns it into
 the cell's result (crash / timeout / oom) and goes on. A job is one model class on one backend, or on dynamo and ONNX
-(``checks.run_cells``: one build, one trace); the child sends each cell as it finishes, each cell gets the whole
-timeout, and the cells a dead child never started run again in a job of their own. Children get ``RLIMIT_AS`` as a
-memory limit and are killed at their deadline; their stdout/stderr go to a per-job log whose last line names a crash.
+(``checks.cell.check_class_in_job``: one build, one trace); the child sends each cell as it finishes, each cell gets
+the whole timeout, and the cells a dead child never started run again in a job of their own. Children get
+``RLIMIT_AS`` as a memory limit and are killed at their deadline; their stdout/stderr go to a per-job log whose last
+line names a crash.
 
 Code under test. With ``--root`` pointing at a transformers checkout, jobs import the checkout's code. A complete
 checkout (``src/transformers/__init__.py``) is put first on ``sys.path``. A partial one (only some
@@ -177,10 +178,10 @@ def _run_child(
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // options.jobs))
-        from hfexport.gate.checks import run_cells
+        from hfexport.gate.checks.cell import check_class_in_job
 
         before = set(sys.modules)
-        cells = run_cells(job, _root(options), options.engine)
+        cells = check_class_in_job(job, _root(options), options.engine)
         while pending:
             _write_line(write_fd, {"started": pending[0]})
             cell = next(cells)
@@ -393,7 +394,7 @@ def _preload(backends: list[str], engine: str) -> dict[str, str]:
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
-    import hfexport.gate.checks
+    import hfexport.gate.checks.cell
     import hfexport.tiny_models  # noqa: F401
     from hfexport.exporters.backends import get_exporter_class, get_runner_class
 
