@@ -13,23 +13,22 @@ Without an impact map, a touched unit is followed by name through transformers' 
 A model class (a ``PreTrainedModel`` subclass with a ``forward`` of a ``modeling_*.py``, see ``changes``) reached
 this way is selected, with how many steps it took. A touched unit that reaches no model class at all (``getattr``
 dispatch, a function no code names) falls back to the reverse import closure of its module: a change some model
-imports never selects nothing. Files are read once per content (``FileFacts`` are kept by the hash of the text).
+imports never selects nothing. Files are read once per content (``source_facts.FileFacts`` are kept by the hash of
+the text).
 """
 
 from __future__ import annotations
 
-import ast
-import functools
 import hashlib
 import json
-import os
 import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .touched import Touch, bound_names
+from .source_facts import FileFacts, load_facts, read_facts, store_facts
+from .touched import Touch
 
 # Modules that import everything lazily: following them would make every module import every other.
 _LAZY_INDEXES = frozenset({"transformers", "transformers.models"})
@@ -41,121 +40,6 @@ _MAX_RESOLVE_DEPTH = 8
 _IMPLICIT = frozenset({"forward"})
 # The distance given to what only the reverse import closure reaches: after everything found by name.
 CLOSURE_DISTANCE = 1000
-
-
-@dataclass(frozen=True)
-class _Method:
-    refs: frozenset[str]
-    calls_super: bool  # calls ``super().<its own name>``
-
-
-@dataclass(frozen=True)
-class _Definition:
-    """A top-level function or class: the names its code refers to (``name`` or ``alias.attr``)."""
-
-    kind: str  # "function" or "class"
-    line: int
-    bases: frozenset[str]  # refs of the base class expressions
-    base_names: tuple[str, ...]  # each base's last name (``nn.Module`` -> ``Module``), in order
-    refs: frozenset[str]  # of a class: its decorators, keywords and class-level statements (not its methods)
-    methods: dict[str, _Method]
-
-
-@dataclass(frozen=True)
-class _Statement:
-    """A module-level statement other than a definition or an import."""
-
-    names: tuple[str, ...]
-    refs: frozenset[str]
-
-
-@dataclass(frozen=True)
-class FileFacts:
-    definitions: dict[str, _Definition]
-    statements: tuple[_Statement, ...]
-    imports: dict[str, tuple[str, str | None]]  # bound name -> (module, imported name; None: the module itself)
-    imported_modules: frozenset[str]  # every module it may import (a package's submodule candidates included)
-
-    @functools.cached_property
-    def bound(self) -> set[str]:
-        return set(self.definitions) | {name for s in self.statements for name in s.names}
-
-    @functools.cached_property
-    def all_refs(self) -> set[str]:
-        found = {ref for s in self.statements for ref in s.refs}
-        for definition in self.definitions.values():
-            found |= definition.refs | definition.bases
-            found.update(ref for method in definition.methods.values() for ref in method.refs)
-        return found
-
-
-def _scan(nodes: list[ast.AST]) -> tuple[frozenset[str], set[str]]:
-    """Refs of ``nodes`` (``name`` and ``alias.attr``) and the attributes read off ``super()``, in one walk."""
-    refs: set[str] = set()
-    from_super: set[str] = set()
-    for root in nodes:
-        for node in ast.walk(root):
-            if isinstance(node, ast.Name):
-                refs.add(node.id)
-            elif isinstance(node, ast.Attribute):
-                if isinstance(node.value, ast.Name):
-                    refs.add(f"{node.value.id}.{node.attr}")
-                elif isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "super":
-                    from_super.add(node.attr)
-    return frozenset(refs), from_super
-
-
-def _definition(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> _Definition:
-    if not isinstance(node, ast.ClassDef):
-        return _Definition("function", node.lineno, frozenset(), (), _scan([node])[0], {})
-    methods = {}
-    for statement in node.body:
-        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
-            refs, from_super = _scan([statement])
-            methods[statement.name] = _Method(refs, statement.name in from_super)
-    rest = [s for s in node.body if not isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)]
-    base_names = tuple(
-        b.id if isinstance(b, ast.Name) else b.attr for b in node.bases if isinstance(b, ast.Name | ast.Attribute)
-    )
-    bases = _scan(node.bases)[0]
-    return _Definition(
-        "class", node.lineno, bases, base_names, _scan([*rest, *node.decorator_list, *node.keywords])[0], methods
-    )
-
-
-def _import_base(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    package = module.split(".") if is_package else module.split(".")[:-1]
-    base = package[: len(package) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
-
-
-def read_facts(source: str, module: str, is_package: bool) -> FileFacts:
-    """What selection needs of one file; ``SyntaxError`` when it does not parse."""
-    tree = ast.parse(source)
-    definitions: dict[str, _Definition] = {}
-    statements = []
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            definitions[node.name] = _definition(node)
-        elif not isinstance(node, ast.Import | ast.ImportFrom):
-            statements.append(_Statement(bound_names(node, imports=False), _scan([node])[0]))
-    imports: dict[str, tuple[str, str | None]] = {}
-    imported: set[str] = set()
-    for node in ast.walk(tree):  # imports inside functions too: transformers imports lazily
-        if isinstance(node, ast.ImportFrom):
-            base = _import_base(module, is_package, node)
-            imported.add(base)
-            for alias in node.names:
-                imports.setdefault(alias.asname or alias.name, (base, alias.name))
-                imported.add(f"{base}.{alias.name}")
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                imported.add(alias.name)
-                if alias.asname:
-                    imports.setdefault(alias.asname, (alias.name, None))
-    return FileFacts(definitions, tuple(statements), imports, frozenset(imported))
 
 
 class SourceTree:
@@ -180,7 +64,7 @@ class SourceTree:
         self.unreadable: set[str] = set()
         self.facts_cache = facts_cache
         if facts_cache is not None and facts_cache not in _LOADED:
-            _FACTS_SEEN.update(_load_facts(facts_cache))
+            _FACTS_SEEN.update(load_facts(facts_cache))
             _LOADED.add(facts_cache)
         self._stored = _FACTS_SEEN
         self._parsed = 0
@@ -239,68 +123,13 @@ class SourceTree:
             return
         keys = [self._key(module) for module in self.paths]  # this tree's files only: the store stays its size
         kept = {key: self._stored[key] for key in keys if key in self._stored}
-        self.facts_cache.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.facts_cache.with_name(f"{self.facts_cache.name}.{os.getpid()}.tmp")
-        temporary.write_text(
-            json.dumps({"schema": _FACTS_SCHEMA, "files": {k: _facts_json(v) for k, v in kept.items()}})
-        )
-        os.replace(temporary, self.facts_cache)
+        store_facts(self.facts_cache, kept)
 
 
-_FACTS_SCHEMA = 1
 # Facts and word indexes this process has read, by content: every selection of one run (or test session) shares them.
 _FACTS_SEEN: dict[str, FileFacts] = {}
 _LOADED: set[Path] = set()
 _INDEX_SEEN: dict[str, dict[str, set[str]]] = {}
-
-
-def _facts_json(facts: FileFacts) -> list:
-    definitions = {
-        name: [
-            d.kind,
-            d.line,
-            sorted(d.bases),
-            list(d.base_names),
-            sorted(d.refs),
-            {m: [sorted(x.refs), x.calls_super] for m, x in d.methods.items()},
-        ]
-        for name, d in facts.definitions.items()
-    }
-    statements = [[list(st.names), sorted(st.refs)] for st in facts.statements]
-    return [definitions, statements, {k: list(v) for k, v in facts.imports.items()}, sorted(facts.imported_modules)]
-
-
-def _facts_from_json(row: list) -> FileFacts:
-    definitions, statements, imports, imported = row
-    return FileFacts(
-        {
-            name: _Definition(
-                kind,
-                line,
-                frozenset(bases),
-                tuple(names),
-                frozenset(refs),
-                {m: _Method(frozenset(r), bool(sup)) for m, (r, sup) in methods.items()},
-            )
-            for name, (kind, line, bases, names, refs, methods) in definitions.items()
-        },
-        tuple(_Statement(tuple(names), frozenset(refs)) for names, refs in statements),
-        {k: (v[0], v[1]) for k, v in imports.items()},
-        frozenset(imported),
-    )
-
-
-def _load_facts(path: Path | None) -> dict[str, FileFacts]:
-    """The stored facts; an unreadable or malformed store is ignored (every file is parsed again, then rewritten)."""
-    if path is None or not path.is_file():
-        return {}
-    try:
-        document = json.loads(path.read_text())
-        if document.get("schema") != _FACTS_SCHEMA:
-            return {}
-        return {key: _facts_from_json(row) for key, row in document["files"].items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
 
 
 @dataclass(frozen=True)
