@@ -942,3 +942,23 @@ def test_a_perceiver_resampler_built_alone_reads_image_features_and_their_mask()
     assert inputs["context"].shape == (2, 7, model.config.hidden_size)
     with torch.no_grad():
         assert model(**inputs).shape == (2, model.config.resampler_n_latents, model.config.hidden_size)
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("deformable_detr", "DeformableDetrEncoder"),
+        ("deformable_detr", "DeformableDetrDecoder"),
+        ("rt_detr", "RTDetrDecoder"),
+        ("grounding_dino", "GroundingDinoDecoder"),
+    ],
+)
+def test_a_deformable_attention_stack_built_alone_reads_flattened_feature_levels(module: str, name: str) -> None:
+    # Was "'DeformableDetrConfig' object has no attribute 'patch_size'": spatial_shapes was taken for a NaViT tower's.
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    shapes = inputs["spatial_shapes"]
+    assert inputs["level_start_index"].tolist() == [0, *shapes.prod(-1).cumsum(0)[:-1].tolist()]
+    assert [tuple(shape) for shape in shapes.tolist()] == inputs["spatial_shapes_list"]
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == inputs["inputs_embeds"].shape[:2]

@@ -3,6 +3,7 @@ applies)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -102,6 +103,39 @@ def _positioned_patches(r: Request) -> dict[str, torch.Tensor]:
         "pixel_values": torch.rand(r.batch_size, side * side, 3 * vision.patch_size**2, generator=r.generator),
         "pixel_position_ids": positions,
     }
+
+
+@builds(Stage.MAIN, when=lambda r: "level_start_index" in r.parameters)
+def _multi_scale_features(r: Request) -> dict[str, torch.Tensor | list[tuple[int, int]]]:
+    """Deformable-attention stacks built alone (DeformableDetrEncoder, RTDetrDecoder): their model's flattened
+    feature levels (num_feature_levels maps, each a side smaller than the last) with the levels' shapes and offsets,
+    all valid (no masks: a mask means padding to DETR's stacks, denoising groups to RT-DETR's); a decoder's object
+    queries and reference boxes in (0, 1) (and a grounding decoder's text states)."""
+    levels = getattr(r.config, "num_feature_levels", 3)
+    sides = [levels + 1 - level for level in range(levels)]
+    memory = sum(side * side for side in sides)
+    width = r.config.d_model
+    decoder = bool({"encoder_hidden_states", "vision_encoder_hidden_states"} & r.parameters)
+    queries = r.seq_length if decoder else memory
+    inputs: dict[str, torch.Tensor | list[tuple[int, int]]] = {
+        "inputs_embeds": torch.randn(r.batch_size, queries, width, generator=r.generator),
+        "spatial_shapes": torch.tensor([[side, side] for side in sides]),
+        "spatial_shapes_list": [(side, side) for side in sides],
+        "level_start_index": torch.tensor([0, *itertools.accumulate(side * side for side in sides[:-1])]),
+        "valid_ratios": torch.ones(r.batch_size, levels, 2),
+    }
+    sized = {
+        "encoder_hidden_states": (memory, width),
+        "vision_encoder_hidden_states": (memory, width),
+        "spatial_position_embeddings": (memory, width),
+        "object_queries_position_embeddings": (queries, width),
+        "reference_points": (queries, 4),
+        "text_encoder_hidden_states": (r.seq_length, width),
+    }
+    for name, shape in sized.items():
+        if name in r.parameters:
+            inputs[name] = torch.rand(r.batch_size, *shape, generator=r.generator)
+    return inputs
 
 
 @builds(Stage.MAIN, when=lambda r: "spatial_shapes" in r.parameters)
