@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 from hfexport.gate import changes, views  # noqa: E402
 from hfexport.gate.cells import BACKENDS, GENERATION_KEYS, Cell, in_shard, parse_shard  # noqa: E402
 from hfexport.gate.model_sets import FAMILIES  # noqa: E402
-from hfexport.gate.run import CheckOptions, GateError, Target, run_check  # noqa: E402
+from hfexport.gate.run import run_check  # noqa: E402
+from hfexport.gate.targets import CheckOptions, GateError, Target  # noqa: E402
 
 ENGINES = ("hfexport", "transformers")
 DEFAULT_RESULTS = ROOT / "build" / "coverage"
@@ -311,7 +312,7 @@ def render(results: Path, doc: Path, store: Path | None = None) -> str:
         raise SystemExit(f"no sweep results under {results} or in {store}")
     import transformers
 
-    from hfexport.exporters.utils import package_versions
+    from hfexport.exporters.dependencies import package_versions
 
     versions = package_versions("onnx", "onnxscript", "onnxruntime", "executorch")
     versions["transformers"] = transformers.__version__

@@ -29,7 +29,7 @@ from hfexport.exporters import (
     exporter_dynamo,  # noqa: F401  (registers the workarounds taken out below)
     registry,
 )
-from hfexport.exporters.utils import ExportFailure, SpecializedDimension
+from hfexport.exporters.errors import ExportFailure, SpecializedDimension
 from hfexport.tiny_models import sample_inputs, tiny_model
 
 # (model class, the module whose window_partition it calls, the declaration, the module class it matches)

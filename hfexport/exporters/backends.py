@@ -54,7 +54,7 @@ def get_runner_class(export_format: str) -> type:
 
 def import_backend_modules(only: str | None = None) -> list[str]:
     """Import exporter modules so their registries are populated; return why a backend could not be loaded."""
-    from .utils import MissingDependencyError
+    from .dependencies import MissingDependencyError
 
     problems = []
     for export_format in available_formats():

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .backends import get_exporter_class, get_runner_class
-from .utils import ExportFailure, SpecializedDimension, package_versions
+from .dependencies import package_versions
+from .errors import ExportFailure, SpecializedDimension
 
 if TYPE_CHECKING:
     import torch

@@ -1,14 +1,8 @@
-"""Stage errors, the missing-dependency error, package versions and graph walking: the small helpers every exporter
-uses.
-
-The workaround registry lives in the ``registry`` package.
-"""
+"""The errors an export raises: a failure inside a named stage, and hfexport's findings that an export falls short."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
-import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,41 +67,3 @@ class SpecializedDimension(ExportFailure):
             why = "exported static; export with dynamic=True to vary it"
         accepts = f"dimension {dim} has size {size}, but the program accepts only size {traced}"
         super().__init__(f"{component}: input {input_name!r} {accepts} ({why})")
-
-
-class MissingDependencyError(ImportError):
-    """A backend's optional packages are not installed."""
-
-
-def require(*packages: str, extra: str) -> None:
-    """Import-check ``packages``; raise one error naming what is missing, what is installed and what was tested."""
-    missing = [name for name in packages if importlib.util.find_spec(name) is None]
-    if not missing:
-        return
-    installed = {name: package_version(name) for name in packages if name not in missing}
-    raise MissingDependencyError(
-        f"the {extra} backend needs {', '.join(missing)} (installed: {installed or 'none of them'}); "
-        f"install with `pip install -c constraints.txt 'hfexport[{extra}]'` (tested set in constraints.txt)"
-    )
-
-
-def package_version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def package_versions(*extra: str) -> dict[str, str]:
-    """Versions of the packages an export depends on, recorded in ``export.json``."""
-    names = ("hfexport", "torch", "transformers", *extra)
-    return {name: version for name in names if (version := package_version(name)) is not None}
-
-
-def program_nodes(graph_module: Any) -> Iterator[Any]:
-    """Every node of ``graph_module``'s graph and of its submodules' (higher-order ops' bodies, delegates' calls)."""
-    import torch
-
-    for module in graph_module.modules():
-        if isinstance(module, torch.fx.GraphModule):
-            yield from module.graph.nodes

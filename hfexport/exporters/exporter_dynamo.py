@@ -34,6 +34,7 @@ from torch.export import Dim, ExportedProgram
 from .. import compat
 from ..torch_compat import ConstantSource, int_oo, pytree
 from .base import ExportConfigMixin, HfExporter
+from .errors import export_stage
 from .pytree import _spec_types, leaf_names, register_cache_types
 from .registry import (
     LOADING_SWAP,
@@ -45,7 +46,6 @@ from .registry import (
     static_dims,
     watch_patches,
 )
-from .utils import export_stage
 from .workarounds import dynamo as _workarounds  # noqa: F401 - registers the "dynamo" workarounds
 from .workarounds import fast_loading as _fast_loading  # noqa: F401 - registers the "dynamo" loading swaps
 from .workarounds import fast_tracing as _fast_tracing  # noqa: F401 - registers the "dynamo" tracing swaps

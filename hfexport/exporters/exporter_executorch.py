@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .utils import require
+from .dependencies import require
 
 require("executorch", extra="executorch")
 
@@ -40,6 +40,7 @@ from executorch.exir import (  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 
 from ..torch_compat import OpOverload, ValueRanges, pytree  # noqa: E402
+from .errors import export_stage  # noqa: E402
 from .exporter_dynamo import (  # noqa: E402
     DynamoConfig,
     DynamoExporter,
@@ -55,7 +56,6 @@ from .registry import (  # noqa: E402
     apply_program_fixes,
     merged_records,
 )
-from .utils import export_stage  # noqa: E402
 from .workarounds import executorch as _executorch_workarounds  # noqa: E402, F401 - registers "executorch"
 from .workarounds import fast_lowering as _fast_lowering  # noqa: E402, F401 - registers "executorch" lowering swaps
 from .workarounds import kernels as _kernel_workarounds  # noqa: E402, F401 - "executorch" ops without a runtime kernel

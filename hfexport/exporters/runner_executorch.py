@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .utils import require
+from .dependencies import require
 
 require("executorch", extra="executorch")
 

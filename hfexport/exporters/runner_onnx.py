@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import ExportedModel, ModelRunner
-from .utils import require
+from .dependencies import require
 
 require("onnx", "onnxruntime", extra="onnx")
 

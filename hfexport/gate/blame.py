@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import CodeType, TracebackType
 from typing import Literal
 
-from ..exporters.utils import ExportFailure
+from ..exporters.errors import ExportFailure
 
 _WORKAROUND = re.compile(r"_(patch|fix|aten)_\w+")
 _STACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')

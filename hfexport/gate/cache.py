@@ -73,8 +73,8 @@ def code_fingerprint(package_dir: Path) -> str:
 def environment(root: Path | None, engine: str) -> dict[str, Any]:
     """What every result of a run depends on besides the transformers files a job reads: computed by the parent
     without importing torch, so a run whose cells are all cached starts no job worker at all."""
-    from ..exporters.utils import package_version
-    from .jobs import hfexport_dir
+    from ..exporters.dependencies import package_version
+    from .worker_parent import hfexport_dir
 
     packages = ("torch", "transformers", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "executorch")
     return {

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..utils import ExportFailure
+from ..errors import ExportFailure
 from .cache import CacheLayout
 from .export import ENCODER_DECODER, position_ids_from_mask, token_id_list
 from .static_cache import STATIC_LAYOUT

@@ -17,13 +17,13 @@ from torch.export import ExportedProgram
 
 from ...torch_compat import OpOverload, PassBase, PassResult
 from ..registry import register_lowering_swap
-from ..utils import program_nodes
 from .fast_tracing import (
     GRAPH_MODULE_CONSTRUCTOR,
     RESHAPE_VIEW_HELPER,
     _patch_graph_modules_compiled_on_first_call,
     _patch_view_of_contiguous_as_strided,
 )
+from .graph import program_nodes
 
 # Lowering makes most of a program's GraphModules (each pass, each partition): their Python code too waits for a call.
 register_lowering_swap("executorch", GRAPH_MODULE_CONSTRUCTOR)(_patch_graph_modules_compiled_on_first_call)

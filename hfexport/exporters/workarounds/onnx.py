@@ -23,6 +23,7 @@ from torch.export import ExportedProgram
 
 from ... import compat
 from ...torch_compat import HigherOrderOperator, OpOverload, is_contiguous_or_false
+from ..errors import export_stage
 from ..registry import (
     apply_node_fixes,
     register_fx_node_fix,
@@ -31,7 +32,7 @@ from ..registry import (
     register_onnx_translation,
     register_patch,
 )
-from ..utils import export_stage, program_nodes
+from .graph import program_nodes
 
 # ── Torch patches (stage 1) ──
 
