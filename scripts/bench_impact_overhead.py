@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 
-from hfexport.gate.jobs import JobOptions, WorkerProcess
+from hfexport.gate.worker_parent import JobOptions, WorkerProcess
 
 
 def run_worker(

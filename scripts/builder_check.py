@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from hfexport.gate.cells import BACKENDS, in_shard  # noqa: E402
 from hfexport.gate.changes import SelectedClass  # noqa: E402
 from hfexport.gate.skips import skip_reason  # noqa: E402
-from hfexport.gate.worker import install_checkout  # noqa: E402
+from hfexport.gate.worker_child import install_checkout  # noqa: E402
 
 
 class _TimedOut(BaseException):
@@ -101,7 +101,7 @@ def check_names(names: list[str], failed_only: bool, timeout: int) -> tuple[dict
 
 def diff_selection(root: Path, base: str) -> list[SelectedClass]:
     """The classes ``hfexport check --base BASE`` selects in the checkout at ``root`` (read without importing it)."""
-    from hfexport.gate.run import target_for
+    from hfexport.gate.targets import target_for
 
     classes = target_for(root, [], [], False, base, None).selection.classes
     return list({selected.model_class: selected for selected in classes}.values())

@@ -25,7 +25,8 @@ from hfexport.gate.bisect import Range, RunAt, bisect_new_failures
 from hfexport.gate.cache import code_fingerprint
 from hfexport.gate.cells import Cell, FirstBadCommit
 from hfexport.gate.report import Report, new_report
-from hfexport.gate.run import CheckOptions, Target, run_one_cell_at
+from hfexport.gate.run import run_one_cell_at
+from hfexport.gate.targets import CheckOptions, Target
 from hfexport.gate.views import github_annotations, terminal_table
 from hfexport.github.actions import annotation_commands
 

@@ -15,8 +15,9 @@ from hfexport.cli import main
 from hfexport.gate import schema
 from hfexport.gate.cells import Cell
 from hfexport.gate.changes import SelectedClass
-from hfexport.gate.jobs import JobOptions, WorkerProcess
-from hfexport.gate.run import _by_priority, _sharing_jobs
+from hfexport.gate.dispatch import _sharing_jobs
+from hfexport.gate.run import _by_priority
+from hfexport.gate.worker_parent import JobOptions, WorkerProcess
 
 
 def test_priority_covers_every_type_and_backend_before_second_classes() -> None:

@@ -11,7 +11,7 @@ from checkout_fixture import LLAMA, commit, make_checkout
 from click.testing import CliRunner
 
 from hfexport.cli import main
-from hfexport.gate import run
+from hfexport.gate import dispatch
 from hfexport.gate.cache import ResultCache
 
 ARGS = ["check", LLAMA, "--backends", "dynamo", "--no-generation", "-j", "2"]
@@ -35,7 +35,7 @@ def test_cells_come_from_the_cache_until_a_file_they_read_changes(
 
     # Every cell cached: no job worker starts (no torch import, no model built).
     with monkeypatch.context() as no_worker:
-        no_worker.setattr(run, "_start", lambda *_: pytest.fail("a job worker started for cached cells"))
+        no_worker.setattr(dispatch, "_start", lambda *_: pytest.fail("a job worker started for cached cells"))
         again = _check(repo, cache, monkeypatch)
     assert all(c["cached"] for c in again.values())
     assert {k: c["max_abs_diff"] for k, c in again.items()} == {k: c["max_abs_diff"] for k, c in first.items()}
@@ -118,11 +118,11 @@ def test_without_a_budget_cells_start_longest_first_by_their_last_run(tmp_path: 
     cache, job, result = _entry(tmp_path, ENVIRONMENT)
     jobs = [{"model_class": "LlamaModel", "backend": backend} for backend in ("dynamo", "onnx", "executorch")]
     # Nothing known yet: each backend's usual length, ExecuTorch's the longest.
-    assert run._longest_first([[0], [1], [2]], jobs, cache) == [[2], [1], [0]]
-    assert run._longest_first([[0], [1], [2]], jobs, None) == [[2], [1], [0]]
+    assert dispatch._longest_first([[0], [1], [2]], jobs, cache) == [[2], [1], [0]]
+    assert dispatch._longest_first([[0], [1], [2]], jobs, None) == [[2], [1], [0]]
     # A job of several cells (dynamo and ONNX sharing a trace) is as long as its cells together.
-    assert run._longest_first([[2], [0, 1]], jobs, None) == [[2], [0, 1]]
-    assert run._longest_first([[0], [1, 2]], jobs, None) == [[1, 2], [0]]
+    assert dispatch._longest_first([[2], [0, 1]], jobs, None) == [[2], [0, 1]]
+    assert dispatch._longest_first([[0], [1, 2]], jobs, None) == [[1, 2], [0]]
     # The cell's own last run decides once the cache holds one, whatever its files were then.
     assert cache.last_seconds(job) is None
     cache.put(jobs[1], {**result, "timings": {"total": 95.0}})
@@ -130,7 +130,7 @@ def test_without_a_budget_cells_start_longest_first_by_their_last_run(tmp_path: 
     source.write_text("# changed since\n")
     later, _, _ = _entry(tmp_path, ENVIRONMENT)
     assert later.get(jobs[1]) is None and later.last_seconds(jobs[1]) == 95.0
-    assert run._longest_first([[0], [1], [2]], jobs, later) == [[1], [2], [0]]
+    assert dispatch._longest_first([[0], [1], [2]], jobs, later) == [[1], [2], [0]]
 
 
 def test_a_cell_is_keyed_on_the_checkout_test_files_its_tiny_config_came_from(tmp_path: Path) -> None:

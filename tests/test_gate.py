@@ -26,7 +26,8 @@ from hfexport.gate.checks.cell import run_cell
 from hfexport.gate.checks.comparing import TOLERANCES, compare
 from hfexport.gate.checks.engines import engine
 from hfexport.gate.checks.second_shape import SECOND_SHAPE
-from hfexport.gate.run import CheckOptions, Target, run_check, target_for
+from hfexport.gate.run import run_check
+from hfexport.gate.targets import CheckOptions, Target, target_for
 from hfexport.github import actions
 
 # Cut after LlamaForCausalLM: two model classes keep the runs short.
@@ -470,7 +471,7 @@ def test_compare_passes_nan_and_inf_only_where_eager_has_the_same() -> None:
 
 
 def test_the_base_checkout_leaves_the_users_worktree_records_alone(tmp_path: Path) -> None:
-    from hfexport.gate import run
+    from hfexport.gate.revisions import worktree
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -486,7 +487,7 @@ def test_the_base_checkout_leaves_the_users_worktree_records_alone(tmp_path: Pat
     subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", "-b", "feature", str(away)], check=True)
     shutil.rmtree(tmp_path / "usb")
     records = sorted(p.name for p in (repo / ".git" / "worktrees").iterdir())
-    with run.worktree(repo, base) as tree:
+    with worktree(repo, base) as tree:
         assert (tree / "file.py").read_text() == "first\n"
     assert not tree.exists()
     assert sorted(p.name for p in (repo / ".git" / "worktrees").iterdir()) == records == ["feature"]

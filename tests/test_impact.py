@@ -18,7 +18,7 @@ from test_action import STEPS, documented_workflows
 
 from hfexport.cli import main
 from hfexport.gate.impact import CodeUnit, ImpactMap, ImpactMapError, default_map
-from hfexport.gate.jobs import WorkerProcess
+from hfexport.gate.worker_parent import WorkerProcess
 
 LLAMA_MODULE = "transformers.models.llama.modeling_llama"
 VERSIONS = {"transformers": "5.23.0", "hfexport": "0.1.0"}

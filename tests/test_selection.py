@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from hfexport.cli import main
 from hfexport.gate import changes, markdown, report, schema, touched
 from hfexport.gate.impact import ClassRecord, CodeUnit, ExecutedUnit, ImpactMap, expected_versions
-from hfexport.gate.run import target_for
+from hfexport.gate.targets import target_for
 
 MASKING = "src/transformers/masking_utils.py"
 LAYERS = "src/transformers/modeling_layers.py"
@@ -139,7 +139,8 @@ def test_sliding_window_mask_selects_its_callers_first(release: Path, facts: Pat
 
 
 def _report_cells(selection: changes.Selection) -> list:
-    from hfexport.gate.run import CheckOptions, _cells
+    from hfexport.gate.run import _cells
+    from hfexport.gate.targets import CheckOptions
 
     return [cell for cell, _ in _cells(selection, CheckOptions(backends=["dynamo"]))]
 

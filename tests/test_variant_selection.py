@@ -22,8 +22,9 @@ from hfexport.gate import changes
 from hfexport.gate.cells import Cell
 from hfexport.gate.changes import SelectedClass
 from hfexport.gate.impact import ClassRecord, CodeUnit, ExecutedUnit, ImpactMap, ImpactMapError, expected_versions
-from hfexport.gate.run import _by_priority, target_for
-from hfexport.gate.worker import resolve
+from hfexport.gate.run import _by_priority
+from hfexport.gate.targets import target_for
+from hfexport.gate.worker_child import resolve
 
 ROPE = "src/transformers/modeling_rope_utils.py"
 ROPE_MODULE = "transformers.modeling_rope_utils"

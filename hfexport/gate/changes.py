@@ -400,7 +400,7 @@ def _reached(
     """The classes that run touched shared code: the impact map's for the classes it has, static analysis's for the
     rest, and the model types whose modular files copy a touched modeling file's code."""
     complete = root is not None and (root / "src" / "transformers" / "__init__.py").is_file()
-    # The jobs' rule (jobs.transformers_dir): a complete checkout alone, a partial one over the installed package.
+    # The jobs' rule (worker_parent.transformers_dir): a complete checkout alone, a partial one over the installed one.
     tree = reach.SourceTree(
         [root / "src" / "transformers"] if complete else transformers_source_dirs(root), facts_cache
     )

@@ -299,7 +299,7 @@ def expected_versions(code: Path | None) -> dict[str, str | None]:
     """The versions a map must have been built with for a run on ``code`` (a checkout, or None: installed)."""
     import hfexport
 
-    from .jobs import transformers_dir
+    from .worker_parent import transformers_dir
 
     package = transformers_dir(code)
     version = None

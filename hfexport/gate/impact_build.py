@@ -11,7 +11,8 @@ from typing import Any
 
 from .cells import Cell
 from .impact import RECORDING_PYTHON, ImpactMap, ImpactMapError, expected_versions, recording_supported
-from .run import CheckOptions, Target, run_check
+from .run import run_check
+from .targets import CheckOptions, Target
 
 
 def build_map(target: Target, options: CheckOptions, echo: Callable[[str], None] = print) -> ImpactMap:

@@ -1,14 +1,15 @@
-"""The gate's job runner process: imports torch and transformers once, then forks one child per job.
+"""The worker's own side (the child of ``hfexport check``): imports torch and transformers once, then forks one child
+per job.
 
-The parent (``jobs.py``) starts one worker per revision (``python -m hfexport.gate.worker``). The worker imports
-torch, transformers, hfexport and the selected backends' modules, then reads JSON requests on stdin and answers
-JSON lines on stdout. Each job runs in a child forked from this warm process, so it starts in milliseconds with
-everything imported, and a segfault, abort, hang or memory blow-up ends only that child: the worker turns it into
-the cell's result (crash / timeout / oom) and goes on. A job is one model class on one backend, or on dynamo and ONNX
-(``checks.cell.check_class_in_job``: one build, one trace); the child sends each cell as it finishes, each cell gets
-the whole timeout, and the cells a dead child never started run again in a job of their own. Children get
-``RLIMIT_AS`` as a memory limit and are killed at their deadline; their stdout/stderr go to a per-job log whose last
-line names a crash.
+The parent (``worker_parent.py``) starts one worker per revision (``python -m hfexport.gate.worker_child``). The
+worker imports torch, transformers, hfexport and the selected backends' modules, then reads JSON requests on stdin
+and answers JSON lines on stdout. Each job runs in a child forked from this warm process, so it starts in
+milliseconds with everything imported, and a segfault, abort, hang or memory blow-up ends only that child: the worker
+turns it into the cell's result (crash / timeout / oom) and goes on. A job is one model class on one backend, or on
+dynamo and ONNX (``checks.cell.check_class_in_job``: one build, one trace); the child sends each cell as it finishes,
+each cell gets the whole timeout, and the cells a dead child never started run again in a job of their own. Children
+get ``RLIMIT_AS`` as a memory limit and are killed at their deadline; their stdout/stderr go to a per-job log whose
+last line names a crash.
 
 Code under test. With ``--root`` pointing at a transformers checkout, jobs import the checkout's code. A complete
 checkout (``src/transformers/__init__.py``) is put first on ``sys.path``. A partial one (only some
@@ -414,7 +415,7 @@ def _preload(backends: list[str], engine: str) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m hfexport.gate.worker")
+    parser = argparse.ArgumentParser(prog="python -m hfexport.gate.worker_child")
     parser.add_argument("--root", default="")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)

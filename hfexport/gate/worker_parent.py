@@ -1,6 +1,7 @@
-"""Parent side of the job runner: starts a warm worker process for one revision and streams its results.
+"""The worker's parent side, in ``hfexport check``: starts a warm worker process for one revision and streams its
+results.
 
-The worker (``worker.py``) pays the torch/transformers/backend imports once and forks an isolated child per job;
+The worker (``worker_child.py``) pays the torch/transformers/backend imports once and forks an isolated child per job;
 this side only speaks JSON lines with it, so ``hfexport check`` itself never imports torch.
 """
 
@@ -50,7 +51,7 @@ def hfexport_dir(root: Path | None) -> Path:
 
 def transformers_dir(root: Path | None) -> Path | None:
     """The transformers package the jobs import first: a complete checkout's, else the installed one (the worker's
-    rule, see ``worker.install_checkout``), found without importing it."""
+    rule, see ``worker_child.install_checkout``), found without importing it."""
     if root is not None and (root / "src" / "transformers" / "__init__.py").is_file():
         return (root / "src" / "transformers").resolve()
     spec = importlib.util.find_spec("transformers")
@@ -72,7 +73,7 @@ class WorkerProcess:
         command = [
             sys.executable,
             "-m",
-            "hfexport.gate.worker",
+            "hfexport.gate.worker_child",
             f"--root={root or ''}",
             f"--jobs={options.jobs}",
             f"--timeout={options.timeout}",
