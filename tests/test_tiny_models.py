@@ -962,3 +962,16 @@ def test_a_deformable_attention_stack_built_alone_reads_flattened_feature_levels
     assert [tuple(shape) for shape in shapes.tolist()] == inputs["spatial_shapes_list"]
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape[:2] == inputs["inputs_embeds"].shape[:2]
+
+
+def test_a_hybrid_encoder_built_alone_reads_a_projected_feature_pyramid() -> None:
+    # Was "'NoneType' object is not subscriptable": no feature maps.
+    from transformers.models.rt_detr.modeling_rt_detr import RTDetrHybridEncoder
+
+    model = tiny_model(RTDetrHybridEncoder)
+    levels = sample_inputs(model)["inputs_embeds"]
+    # Each level half the size of the one before, down to 2 x 2.
+    assert [level.shape[-1] for level in levels] == [2 ** (len(levels) - index) for index in range(len(levels))]
+    with torch.no_grad():
+        outputs = model(**sample_inputs(model)).last_hidden_state
+    assert [output.shape for output in outputs] == [level.shape for level in levels]

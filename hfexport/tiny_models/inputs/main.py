@@ -294,6 +294,18 @@ def _trajectories(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+@builds(Stage.MAIN, when=lambda r: r.main_input == "inputs_embeds" and hasattr(r.config, "encode_proj_layers"))
+def _projected_feature_pyramid(r: Request) -> dict[str, list[torch.Tensor]]:
+    # RT-DETR-style hybrid encoders built alone read the backbone's levels projected to encoder_hidden_dim, each half
+    # the size of the one before (the FPN upsamples by 2 and concatenates).
+    levels = len(r.config.encoder_in_channels)
+    shapes = [
+        (r.batch_size, r.config.encoder_hidden_dim, 2 ** (levels - level), 2 ** (levels - level))
+        for level in range(levels)
+    ]
+    return {"inputs_embeds": [torch.randn(shape, generator=r.generator) for shape in shapes]}
+
+
 @builds(Stage.MAIN, when=lambda r: r.main_input == "inputs_embeds")
 def _stack_embeddings(r: Request) -> dict[str, torch.Tensor]:
     """Encoder and decoder stacks built alone (DETR's, time-series transformers'): their model's embeddings as
