@@ -1,6 +1,6 @@
 """One torch.export trace shared by dynamo and ONNX: reused only where it is the program ONNX would trace.
 
-``SharedTrace`` (``exporter_dynamo.py``) is filled by the first export and watches the later exports' patches while it
+``SharedTrace`` (``shared_trace.py``) is filled by the first export and watches the later exports' patches while it
 traces (``registry.watch_patches``); the gate hands dynamo's trace of a class to its ONNX cell this way.
 """
 
@@ -14,8 +14,8 @@ onnxruntime = pytest.importorskip("onnxruntime")
 
 from support import PHRASE_IDS, PhraseMasks, max_abs_diff  # noqa: E402
 
-from hfexport.exporters import ExportStageError  # noqa: E402
-from hfexport.exporters.exporter_dynamo import DynamoConfig, DynamoExporter, SharedTrace  # noqa: E402
+from hfexport.exporters import ExportStageError, SharedTrace  # noqa: E402
+from hfexport.exporters.exporter_dynamo import DynamoConfig, DynamoExporter  # noqa: E402
 from hfexport.exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter  # noqa: E402
 from hfexport.exporters.exporter_onnx import OnnxConfig, OnnxExporter  # noqa: E402
 from hfexport.tiny_models import sample_inputs, tiny_model  # noqa: E402

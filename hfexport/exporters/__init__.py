@@ -31,7 +31,7 @@ _LAZY = {
     "OnnxExporter": "hfexport.exporters.exporter_onnx",
     "ExecutorchConfig": "hfexport.exporters.exporter_executorch",
     "ExecutorchExporter": "hfexport.exporters.exporter_executorch",
-    "SharedTrace": "hfexport.exporters.exporter_dynamo",
+    "SharedTrace": "hfexport.exporters.shared_trace",
     "named_leaves": "hfexport.exporters.pytree",
 }
 

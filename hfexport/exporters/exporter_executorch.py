@@ -44,7 +44,6 @@ from .errors import export_stage  # noqa: E402
 from .exporter_dynamo import (  # noqa: E402
     DynamoConfig,
     DynamoExporter,
-    SharedTrace,
     dynamic_dim_bounds,
     program_metadata,
 )
@@ -56,6 +55,7 @@ from .registry import (  # noqa: E402
     apply_program_fixes,
     merged_records,
 )
+from .shared_trace import SharedTrace  # noqa: E402
 from .workarounds import executorch as _executorch_workarounds  # noqa: E402, F401 - registers "executorch"
 from .workarounds import fast_lowering as _fast_lowering  # noqa: E402, F401 - registers "executorch" lowering swaps
 from .workarounds import kernels as _kernel_workarounds  # noqa: E402, F401 - "executorch" ops without a runtime kernel

@@ -31,7 +31,7 @@ import onnx_ir as ir  # noqa: E402
 import torch  # noqa: E402
 
 from .errors import ExportStageError, export_stage  # noqa: E402
-from .exporter_dynamo import DynamoConfig, DynamoExporter, SharedTrace  # noqa: E402
+from .exporter_dynamo import DynamoConfig, DynamoExporter  # noqa: E402
 from .registry import (  # noqa: E402
     PatchReport,
     apply_ir_fixes,
@@ -41,6 +41,7 @@ from .registry import (  # noqa: E402
     onnx_translation_table,
     optimizer_skips,
 )
+from .shared_trace import SharedTrace  # noqa: E402
 from .workarounds import lowered as _lowered_workarounds  # noqa: E402, F401 - registers model patches for "onnx"
 from .workarounds.onnx import _APPLIED_FIXES  # noqa: E402 - importing it registers the "onnx" workarounds
 
