@@ -975,3 +975,15 @@ def test_a_hybrid_encoder_built_alone_reads_a_projected_feature_pyramid() -> Non
     with torch.no_grad():
         outputs = model(**sample_inputs(model)).last_hidden_state
     assert [output.shape for output in outputs] == [level.shape for level in levels]
+
+
+@pytest.mark.parametrize("name", ["Sam3DetrEncoder", "Sam3DetrDecoder", "Sam3MaskDecoder"])
+def test_sam3_parts_built_alone_read_image_features_and_prompt_features(name: str) -> None:
+    # Were "forward() missing ... 'vision_features' and 'text_features'" ('decoder_queries' and 'backbone_features')
+    # and, for the decoder, a NaViT tower's patches for its spatial_shapes.
+    model = tiny_model(getattr(importlib.import_module("transformers.models.sam3.modeling_sam3"), name))
+    inputs = sample_inputs(model)
+    prompt = inputs.get("text_features", inputs.get("prompt_features"))
+    assert prompt.shape == (2, 7, model.config.hidden_size)
+    with torch.no_grad():
+        assert _first_tensor(model(**inputs)).shape[0] == 2

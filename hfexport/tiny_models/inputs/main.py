@@ -138,6 +138,49 @@ def _multi_scale_features(r: Request) -> dict[str, torch.Tensor | list[tuple[int
     return inputs
 
 
+# The side of the image feature map prompt-conditioned detector stacks read (its deepest FPN level).
+_FEATURE_SIDE = 4
+
+
+@builds(Stage.MAIN, when=lambda r: {"vision_features", "text_features"} <= r.parameters)
+def _prompted_image_features(r: Request) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+    """SAM 3's DETR stacks built alone: the deepest FPN level and its position encoding (a list of (batch, hidden,
+    side, side) maps for the encoder, flattened to (batch, side * side, hidden) for the decoder), the prompt's
+    (batch, sequence, hidden) features and their mask."""
+    hidden = r.config.hidden_size
+    if "vision_pos_encoding" in r.parameters:
+        flat = (r.batch_size, _FEATURE_SIDE**2, hidden)
+        inputs: dict[str, torch.Tensor | list[torch.Tensor]] = {
+            "vision_features": torch.randn(flat, generator=r.generator),
+            "vision_pos_encoding": torch.randn(flat, generator=r.generator),
+            "spatial_shapes": torch.tensor([[_FEATURE_SIDE, _FEATURE_SIDE]]),
+        }
+    else:
+        level = (r.batch_size, hidden, _FEATURE_SIDE, _FEATURE_SIDE)
+        inputs = {
+            "vision_features": [torch.randn(level, generator=r.generator)],
+            "vision_pos_embeds": [torch.randn(level, generator=r.generator)],
+        }
+    inputs["text_features"] = torch.randn(r.batch_size, r.seq_length, hidden, generator=r.generator)
+    inputs["text_mask"] = torch.ones(r.batch_size, r.seq_length, dtype=torch.bool)
+    return inputs
+
+
+@builds(Stage.MAIN, when=lambda r: {"decoder_queries", "backbone_features"} <= r.parameters)
+def _queries_and_feature_pyramid(r: Request) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+    """SAM 3's mask decoder built alone: the DETR decoder's queries, the FPN levels (each twice the size of the next,
+    the deepest _FEATURE_SIDE wide), the encoder's states over the deepest level and the prompt's features."""
+    hidden = r.config.hidden_size
+    sides = [_FEATURE_SIDE * 4, _FEATURE_SIDE * 2, _FEATURE_SIDE]
+    return {
+        "decoder_queries": torch.randn(r.batch_size, r.seq_length, hidden, generator=r.generator),
+        "backbone_features": [torch.randn(r.batch_size, hidden, side, side, generator=r.generator) for side in sides],
+        "encoder_hidden_states": torch.randn(r.batch_size, _FEATURE_SIDE**2, hidden, generator=r.generator),
+        "prompt_features": torch.randn(r.batch_size, r.seq_length, hidden, generator=r.generator),
+        "prompt_mask": torch.ones(r.batch_size, r.seq_length, dtype=torch.bool),
+    }
+
+
 @builds(Stage.MAIN, when=lambda r: "spatial_shapes" in r.parameters)
 def _native_resolution_patches(r: Request) -> dict[str, torch.Tensor]:
     """NaViT-style encoders (siglip2): flattened patches per image, their mask, and each image's patch grid."""
