@@ -456,7 +456,7 @@ def test_the_listing_counts_every_kind_and_everything_resolves_in_the_installed_
     for line in result.output.splitlines():
         if listed := re.fullmatch(r"\d+ (?:workaround|model-keyed exception)\(s\): (.+)", line):
             counts.update(entry.split(" ") for entry in listed[1].split(", "))
-    assert set(counts) == {*registry.WORKAROUND_KINDS, *registry.MODEL_KEYED_KINDS} - {registry.EXPORT_SKIP}
+    assert set(counts) == {*registry.WORKAROUND_KINDS, *registry.MODEL_KEYED_KINDS}
     assert all(int(count) > 0 for count in counts.values()), counts
     assert "tiny_model_entry   hfexport.tiny_models.tables.overrides.DEGENERATE_INIT" in result.output
     assert "every patch target and model-keyed exception, all" in result.output
@@ -516,6 +516,7 @@ def test_registry_options_that_select_nothing_are_usage_errors() -> None:
 # The installed file, a name in it, the name it gets in the checkout.
 _RENAMED = {
     "models/reformer/modeling_reformer.py": ("ReformerDynamicCache", "ReformerBucketCache"),
+    "models/lightglue/modeling_lightglue.py": ("LightGlueForKeypointMatching", "LightGlueMatcher"),
     "models/auto/auto_mappings.py": ('("timesfm2_5",', '("timesfm_2_5",'),
 }
 
@@ -536,10 +537,15 @@ def test_check_in_a_checkout_that_renamed_the_models_reports_each_model_keyed_ex
         for line in result.stderr.splitlines()
         if re.match(r"UNRESOLVED (export_skip|cache_type|tiny_model_entry) ", line)
     }
-    reformer = "transformers.models.reformer.modeling_reformer"
+    reformer, lightglue = (
+        "transformers.models.reformer.modeling_reformer",
+        "transformers.models.lightglue.modeling_lightglue",
+    )
     assert model_keyed_lines == {
         f"UNRESOLVED cache_type _OTHER_CACHE_TYPES: {reformer}.ReformerDynamicCache: "
         f"'{reformer}' has no attribute 'ReformerDynamicCache'",
+        f"UNRESOLVED export_skip EXPORT_SKIPS: {lightglue}.LightGlueForKeypointMatching: "
+        f"'{lightglue}' has no attribute 'LightGlueForKeypointMatching'",
         "UNRESOLVED tiny_model_entry OVERRIDES: model type 'timesfm2_5' is not in "
         "transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES",
     }

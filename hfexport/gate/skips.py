@@ -1,11 +1,14 @@
 """EXPORT_SKIPS: model classes left out of the gate because they are not exportable as they are.
 
 Maps a model class name to the model-side change that would make it exportable; the gate shows such a class as
-skipped with that reason instead of running it. An entry needs a confirmed failure and a named fix, and the list
+skipped with that reason instead of running it. Each class is declared by its path (``_skips``): ``hfexport registry``
+lists it and ``--check`` finds it renamed. An entry needs a confirmed failure and a named fix, and the list
 is meant to shrink: remove an entry once the model is fixed.
 """
 
 from __future__ import annotations
+
+from ..model_keyed import EXPORT_SKIP, declare
 
 # Cosmos3-Edge's tower resizes its position table per image to sizes read from grid_thw's values (F.interpolate with
 # size=(height, width) in Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings, modeling_cosmos3_edge.py:378):
@@ -50,12 +53,23 @@ _KEYPOINTS_BY_THRESHOLD = (
     "top-k of keypoints with a validity mask in the detector and match on masks in _match_image_pair"
 )
 
+
+def _skips(fix: str, *class_paths: str) -> dict[str, str]:
+    """``{class name: fix}`` of the classes at ``class_paths``, declared as export skips (``hfexport registry``)."""
+    declare(EXPORT_SKIP, "EXPORT_SKIPS", fix, class_paths)
+    return dict.fromkeys((path.rpartition(".")[2] for path in class_paths), fix)
+
+
 EXPORT_SKIPS: dict[str, str] = {
-    "ViltModel": _SIZES_FROM_PIXEL_MASK,
-    "OmDetTurboForObjectDetection": _CACHE_KEYED_ON_TOKENS,
-    "Cosmos3EdgeVisionModel": _SIZE_FROM_GRID_VALUES,
-    "VideoLlama3VisionModel": _UNSHUFFLE_FROM_GRID_VALUES,
-    "LightGlueForKeypointMatching": _KEYPOINTS_BY_THRESHOLD,
+    **_skips(_SIZES_FROM_PIXEL_MASK, "transformers.models.vilt.modeling_vilt.ViltModel"),
+    **_skips(
+        _CACHE_KEYED_ON_TOKENS, "transformers.models.omdet_turbo.modeling_omdet_turbo.OmDetTurboForObjectDetection"
+    ),
+    **_skips(_SIZE_FROM_GRID_VALUES, "transformers.models.cosmos3_edge.modeling_cosmos3_edge.Cosmos3EdgeVisionModel"),
+    **_skips(
+        _UNSHUFFLE_FROM_GRID_VALUES, "transformers.models.video_llama_3.modeling_video_llama_3.VideoLlama3VisionModel"
+    ),
+    **_skips(_KEYPOINTS_BY_THRESHOLD, "transformers.models.lightglue.modeling_lightglue.LightGlueForKeypointMatching"),
 }
 
 
