@@ -20,6 +20,8 @@ from typing import Any
 import torch
 
 from .. import compat
+from ..exporters.generation.cache import LINEAR_ATTENTION_LAYERS
+from ..exporters.generation.static_cache import static_cache
 
 # Cache slots of the wrapped module: the gate's prompt (7 tokens) and its new tokens fit.
 MAX_CACHE_LEN = 16
@@ -60,9 +62,6 @@ def export_module_program(model: Any, prompt: torch.Tensor) -> Any:
 def _decline_linear_attention(model: Any) -> None:
     """transformers' module reads keys and values of every cache layer: a hybrid's linear-attention layers, which keep
     conv and recurrent states, raise there or lose their state between calls (Jamba, Qwen3Next, Inkling2, FalconH1)."""
-    from hfexport.exporters.generation.cache import LINEAR_ATTENTION_LAYERS
-    from hfexport.exporters.generation.static_cache import static_cache
-
     for index, layer in enumerate(static_cache(model, MAX_CACHE_LEN).layers):
         if isinstance(layer, LINEAR_ATTENTION_LAYERS):
             raise ModuleDeclined(
@@ -76,6 +75,7 @@ def runtime_step(program: Any, prompt: torch.Tensor, backend: str) -> Step:
     if backend == "dynamo":
         module = program.module()
         return lambda input_ids, cache_position: module(input_ids=input_ids, cache_position=cache_position)
+    # Deliberately here: executorch is loaded only where the ExecuTorch backend runs.
     from executorch.runtime import Runtime, Verification
 
     from hfexport.exporters.exporter_executorch import ExecutorchConfig, ExecutorchExporter, program_bytes

@@ -27,6 +27,7 @@ import gc
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import json
 import os
 import resource
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hfexport.gate.cache import imported_sources
 from hfexport.gate.cells import NOT_RUN
 
 if TYPE_CHECKING:
@@ -77,8 +79,8 @@ def install_checkout(root: Path | None) -> None:
 def resolve(names: list[str], select_all: bool, variants: bool = False) -> dict[str, Any]:
     """Model types / class names -> classes (type, class, file, line, module); unknown names are errors. With
     ``variants``, each type's default head found brings the config variants the builder makes of it (``Class@v``)."""
-    import inspect
-
+    # Deliberately here: tiny_models imports transformers, which install_checkout chooses first (and the gate's parent
+    # imports this module for install_checkout).
     from hfexport import tiny_models
 
     classes, errors = [], []
@@ -114,7 +116,7 @@ def resolve(names: list[str], select_all: bool, variants: bool = False) -> dict[
 
 def _variant_names(model_class: type) -> list[str]:
     """``Class@variant`` of every config variant the builder makes of ``model_class``."""
-    from hfexport import tiny_models
+    from hfexport import tiny_models  # deliberately here: it imports transformers (see resolve)
 
     try:
         found = tiny_models.config_variants(model_class)
@@ -176,10 +178,12 @@ def _run_child(
         gc.enable()
         if recorder is not None:
             recorder.reset()
+        # Deliberately here: both are imported already (_preload, after install_checkout), never in the gate's parent.
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // options.jobs))
         from hfexport.gate.checks.cell import check_class_in_job
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // options.jobs))
 
         before = set(sys.modules)
         cells = check_class_in_job(job, _root(options), options.engine)
@@ -210,8 +214,7 @@ def _run_child(
 
 def _sources(job: dict[str, Any], options: argparse.Namespace, before: set[str]) -> list[str]:
     """What the result cache keys a cell on: the model's and config's code, and what the job imported so far."""
-    from hfexport.gate.cache import imported_sources
-    from hfexport.tiny_models.configs import checkout_test_files
+    from hfexport.tiny_models.configs import checkout_test_files  # deliberately here: it imports transformers
 
     model_class = getattr(sys.modules.get(job.get("module") or ""), job["model_class"], None)
     config_class = getattr(model_class, "config_class", None)
@@ -392,6 +395,7 @@ def _kill_group(pid: int) -> None:
 
 def _preload(backends: list[str], engine: str) -> dict[str, str]:
     """Import everything jobs share; return why a backend cannot be loaded (its cells report it)."""
+    # Deliberately here: the point of the worker is to import these once, after install_checkout chose transformers.
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
@@ -433,7 +437,7 @@ def main() -> None:
     problems = _preload(options.backends.split(","), options.engine)
     recorder = None
     if options.impact:
-        from hfexport.gate.impact_recorder import ImpactRecorder
+        from hfexport.gate.impact_recorder import ImpactRecorder  # deliberately here: slipcover is optional (3.11)
 
         recorder = ImpactRecorder(_root(options))
         recorder.instrument_loaded()
