@@ -21,8 +21,8 @@ from hfexport.exporters import AutoExportConfig, AutoHfExporter
 from hfexport.gate.blame import blame
 from hfexport.gate.cells import Cell
 from hfexport.gate.checks.cell import run_cell
+from hfexport.gate.checks.export_module import ModuleDeclined, export_module_program
 from hfexport.gate.checks.generation import GENERATION_TOKENS, eager_tokens
-from hfexport.gate.export_modules import ModuleDeclined, export_module_program
 from hfexport.gate.schema import validate_cell
 from hfexport.tiny_models import sample_inputs, tiny_model
 

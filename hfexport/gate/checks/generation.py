@@ -16,8 +16,8 @@ import torch
 from hfexport.exporters.generation.export import token_id_list
 
 from ..cells import EXPORT_MODULE_BACKENDS, GENERATION_LABELS
-from ..export_modules import ModuleDeclined, export_module_program, greedy_tokens, runtime_step
 from .comparing import OutputMismatch
+from .export_module import ModuleDeclined, export_module_program, greedy_tokens, runtime_step
 from .failures import CellFailure, first_line, step
 
 GENERATION_TOKENS = 4
@@ -115,7 +115,7 @@ def _compare_tokens(produced: Any, expected: Any, cell: dict[str, Any], key: str
 def _check_export_module(
     model: Any, reference: Any, prompt: Any, backend: str, cell: dict[str, Any], timings: dict[str, float]
 ) -> None:
-    """transformers' ``TorchExportableModuleForDecoderOnlyLM`` export, run token by token (see ``export_modules``)."""
+    """transformers' ``TorchExportableModuleForDecoderOnlyLM`` export, run token by token (see ``export_module``)."""
     expected = eager_tokens(reference, prompt)
     stage = f"{backend} · {GENERATION_LABELS['export_module']}"
     with _failing_part(cell, "export_module"), step(stage, timings, "export_module"):

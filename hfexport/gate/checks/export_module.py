@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from .. import compat
-from ..exporters.generation.cache import LINEAR_ATTENTION_LAYERS
-from ..exporters.generation.static_cache import static_cache
+from hfexport import compat
+from hfexport.exporters.generation.cache import LINEAR_ATTENTION_LAYERS
+from hfexport.exporters.generation.static_cache import static_cache
 
 # Cache slots of the wrapped module: the gate's prompt (7 tokens) and its new tokens fit.
 MAX_CACHE_LEN = 16
