@@ -987,3 +987,25 @@ def test_sam3_parts_built_alone_read_image_features_and_prompt_features(name: st
     assert prompt.shape == (2, 7, model.config.hidden_size)
     with torch.no_grad():
         assert _first_tensor(model(**inputs)).shape[0] == 2
+
+
+@pytest.mark.parametrize(
+    "name", ["LukeForEntityClassification", "LukeForEntityPairClassification", "LukeForEntitySpanClassification"]
+)
+def test_luke_entity_heads_read_entity_mentions(name: str) -> None:
+    # Were "'NoneType' object is not subscriptable" (no entities) and "'NoneType' object has no attribute 'unsqueeze'".
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    assert inputs["entity_ids"].shape == inputs["entity_position_ids"].shape[:2] == (2, 2)
+    assert (inputs["entity_position_ids"] < 7).all()
+    with torch.no_grad():
+        assert model(**inputs).logits.shape[0] == 2
+
+
+def test_blip_question_answering_decodes_an_answer() -> None:
+    # Was "Either `decoder_input_ids` or `labels` should be passed".
+    model = tiny_model("BlipForQuestionAnswering")
+    inputs = sample_inputs(model)
+    assert inputs["decoder_input_ids"].shape == (2, 7)
+    with torch.no_grad():
+        assert _first_tensor(model(**inputs)).shape[0] == 2

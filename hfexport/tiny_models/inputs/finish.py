@@ -139,9 +139,13 @@ def _diffusion_canvas(r: Request) -> dict[str, torch.Tensor]:
     return {"decoder_input_ids": token_ids(r.config.get_text_config(), (r.batch_size, r.seq_length), r.generator)}
 
 
-@builds(
-    Stage.FINISH, when=lambda r: getattr(r.config, "is_encoder_decoder", False) and "decoder_input_ids" in r.parameters
-)
+def _decodes_ids(r: Request) -> bool:
+    # Encoder-decoders, and heads that cannot run without decoder ids (BlipForQuestionAnswering decodes its answer).
+    encoder_decoder = getattr(r.config, "is_encoder_decoder", False)
+    return "decoder_input_ids" in r.parameters and (encoder_decoder or "decoder_input_ids" in r.missing)
+
+
+@builds(Stage.FINISH, when=_decodes_ids)
 def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
     codebooks = DECODER_CODEBOOKS.get(r.config.model_type)
     if codebooks is None:
@@ -159,3 +163,24 @@ def _choices_dimension(r: Request) -> dict[str, torch.Tensor]:
     # each sample's text and its reverse as the two candidates, so the choices' scores differ.
     texts = {name: value for name, value in r.inputs.items() if value.shape[:2] == (r.batch_size, r.seq_length)}
     return {name: torch.stack([value, value.flip(1)], dim=1) for name, value in texts.items()}
+
+
+# Entities per sample and tokens per entity mention that entity heads (LUKE) read.
+_ENTITIES, _MENTION = 2, 2
+
+
+@builds(Stage.FINISH, when=lambda r: "entity_ids" in r.parameters and "Entity" in type(r.model).__name__)
+def _entity_mentions(r: Request) -> dict[str, torch.Tensor]:
+    """Heads that classify entities or entity pairs and spans (LukeForEntityClassification): entity ids, each a
+    mention of consecutive tokens after the first, its positions, its start and end."""
+    starts = 1 + _MENTION * torch.arange(_ENTITIES)
+    positions = starts[:, None] + torch.arange(_MENTION)
+    inputs = {
+        "entity_ids": torch.randint(1, r.config.entity_vocab_size, (r.batch_size, _ENTITIES), generator=r.generator),
+        "entity_attention_mask": torch.ones(r.batch_size, _ENTITIES, dtype=torch.long),
+        "entity_position_ids": positions.expand(r.batch_size, -1, -1).clone(),
+    }
+    if "entity_start_positions" in r.parameters:
+        inputs["entity_start_positions"] = starts.expand(r.batch_size, -1).clone()
+        inputs["entity_end_positions"] = positions[:, -1].expand(r.batch_size, -1).clone()
+    return inputs
