@@ -1009,3 +1009,12 @@ def test_blip_question_answering_decodes_an_answer() -> None:
     assert inputs["decoder_input_ids"].shape == (2, 7)
     with torch.no_grad():
         assert _first_tensor(model(**inputs)).shape[0] == 2
+
+
+def test_musicgen_decodes_codebooks_stacked_into_the_batch() -> None:
+    # Was "Multiple valid text configs were found" (its text encoder and decoder), then "shape '[-1, 4, 7]' is invalid".
+    model = tiny_model("MusicgenForConditionalGeneration")
+    inputs = sample_inputs(model)
+    assert inputs["decoder_input_ids"].shape == (2 * model.config.decoder.num_codebooks, 7)
+    with torch.no_grad():
+        assert model(**inputs).logits.shape[:2] == (2 * model.config.decoder.num_codebooks, 7)

@@ -76,7 +76,8 @@ def _trained_like_conv_scales(model: torch.nn.Module, generator: torch.Generator
 
 def _random_router_gates(model: torch.nn.Module, generator: torch.Generator) -> None:
     """Router gate weights drawn like the model's other linears (std ``initializer_range``), not all zero."""
-    std = model.config.get_text_config().initializer_range
+    # The decoder's: get_text_config() refuses a model with two text configs (Musicgen's text encoder and decoder).
+    std = model.config.get_text_config(decoder=True).initializer_range
     with torch.no_grad():
         for module in model.modules():
             if type(module).__name__.endswith("Router") and isinstance(getattr(module, "gate", None), torch.nn.Linear):

@@ -8,7 +8,7 @@ import torch
 
 from ...model_keyed import TINY_MODEL_ENTRY, declare
 from ..classes import class_names
-from ..tables import DECODER_CODEBOOKS, PADDED_MASK_TYPES
+from ..tables import CODEBOOK_STACKED_TYPES, DECODER_CODEBOOKS, PADDED_MASK_TYPES
 from .draw import sequence_ids, token_ids
 from .registry import Request, Stage, builds
 
@@ -104,7 +104,8 @@ declare(
 
 
 def _is_prefix_lm(r: Request) -> bool:
-    text_config = r.config.get_text_config()
+    # The decoder's: get_text_config() refuses a model with two text configs (Musicgen's text encoder and decoder).
+    text_config = r.config.get_text_config(decoder=True)
     return "token_type_ids" in r.parameters and bool(getattr(text_config, "use_bidirectional_attention", False))
 
 
@@ -148,11 +149,15 @@ def _decodes_ids(r: Request) -> bool:
 @builds(Stage.FINISH, when=_decodes_ids)
 def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
     codebooks = DECODER_CODEBOOKS.get(r.config.model_type)
+    decoder = r.config.get_text_config(decoder=True)
+    if decoder.model_type in CODEBOOK_STACKED_TYPES:
+        # Musicgen's decoder stacks its codebooks into the batch: (batch * num_codebooks, sequence) ids.
+        shape = (r.batch_size * decoder.num_codebooks, r.seq_length)
+        return {"decoder_input_ids": token_ids(decoder, shape, r.generator)}
     if codebooks is None:
         return {"decoder_input_ids": sequence_ids(r)}
     # (batch, sequence, codebooks) ids of the decoder's vocabulary: Dia's flat (batch * codebooks, sequence) form
     # transposes into a view its embedding cannot read.
-    decoder = r.config.get_text_config(decoder=True)
     shape = (r.batch_size, r.seq_length, getattr(decoder, codebooks))
     return {"decoder_input_ids": token_ids(decoder, shape, r.generator)}
 
