@@ -1018,3 +1018,26 @@ def test_musicgen_decodes_codebooks_stacked_into_the_batch() -> None:
     assert inputs["decoder_input_ids"].shape == (2 * model.config.decoder.num_codebooks, 7)
     with torch.no_grad():
         assert model(**inputs).logits.shape[:2] == (2 * model.config.decoder.num_codebooks, 7)
+
+
+@pytest.mark.parametrize("name", ["Qwen3OmniMoeTalkerCodePredictorModel", "Qwen3OmniMoeCode2WavTransformerModel"])
+def test_qwen3_omni_codebook_stacks_read_embeddings_only(name: str) -> None:
+    # Were "`input_ids` is expected to be `None`" and "input_ids is not expected".
+    model = tiny_model(
+        getattr(importlib.import_module("transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe"), name)
+    )
+    inputs = sample_inputs(model)
+    assert list(inputs) == ["inputs_embeds"]
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == (2, 7)
+
+
+def test_kosmos2_5_vision_tower_reads_flattened_patches() -> None:
+    # Its text main input name was kept: "You have to specify flattened_patches".
+    from transformers.models.kosmos2_5.modeling_kosmos2_5 import Kosmos2_5VisionModel
+
+    model = tiny_model(Kosmos2_5VisionModel)
+    inputs = sample_inputs(model)
+    assert inputs["flattened_patches"].shape[:2] == (2, 16)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == (2, 16)

@@ -77,9 +77,11 @@ def _forward_parameters(model: PreTrainedModel) -> Mapping[str, inspect.Paramete
 
 def _main_input(model: PreTrainedModel, parameters: set[str]) -> str:
     name = getattr(model, "main_input_name", "input_ids")
-    if isinstance(name, str) and name not in parameters and name != "inputs" and "pixel_values" in parameters:
-        # Vision towers that inherit their model's text main input name (GotOcr2VisionEncoder) read images.
-        return "pixel_values"
+    images = next((n for n in ("pixel_values", "flattened_patches") if n in parameters), None)
+    if isinstance(name, str) and name not in parameters and name != "inputs" and images:
+        # Vision towers that inherit their model's text main input name (GotOcr2VisionEncoder) read images
+        # (Kosmos2_5VisionModel as Pix2Struct's flattened patches).
+        return images
     if name not in parameters and "inputs_embeds" in parameters and "input_ids" not in parameters:
         # Stacks whose model embeds the main input for them (DetrEncoder, TimeSeriesTransformerDecoder) read the
         # embeddings.

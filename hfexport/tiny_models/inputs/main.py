@@ -223,7 +223,7 @@ def _images_or_clips(r: Request) -> dict[str, torch.Tensor]:
     return {"pixel_values_videos" if video else "pixel_values": pixel_values(r, video=video)}
 
 
-@builds(Stage.MAIN, when=lambda r: type(r.model).__name__ in EMBEDDED_INPUTS)
+@builds(Stage.MAIN, when=lambda r: type(r.model).__name__ in EMBEDDED_INPUTS, drops=("input_ids",))
 def _prenet_free_states(r: Request) -> dict[str, torch.Tensor]:
     # A bare model without its pre-nets (SpeechT5Model, PerceiverModel) reads what they would make: (batch, sequence,
     # width) states, for its encoder (and its decoder).

@@ -73,6 +73,9 @@ EMBEDDED_INPUTS = {
     "SpeechT5EncoderWithoutPrenet": ("input_values",),
     "SpeechT5DecoderWithoutPrenet": ("input_values",),
     "PerceiverModel": ("inputs",),
+    # Qwen3-Omni's code predictor and code-to-wave transformer read their model's summed codebook embeddings only.
+    "Qwen3OmniMoeTalkerCodePredictorModel": ("inputs_embeds",),
+    "Qwen3OmniMoeCode2WavTransformerModel": ("inputs_embeds",),
 }
 # Model class -> what its pre-net reads as input_values: "token_ids" (text) or "mel_frames" (batch, frames, mel bins).
 PRENET_INPUTS = {
