@@ -10,8 +10,8 @@ import torch
 from hfexport import compat
 from hfexport.exporters import AutoExportConfig, AutoHfExporter
 from hfexport.exporters.registry import watch_patches
-from hfexport.exporters.workarounds.dynamo import _patch_sdpa_math_kernel_on_cpu
-from hfexport.exporters.workarounds.lowered import _patch_rotary_frequencies_as_cos_sin
+from hfexport.exporters.workarounds.dynamo.patches import _patch_sdpa_math_kernel_on_cpu
+from hfexport.exporters.workarounds.onnx_and_executorch import _patch_rotary_frequencies_as_cos_sin
 from hfexport.gate.blame import blame
 from hfexport.gate.checks import second_shape
 from hfexport.gate.checks.comparing import OutputMismatch

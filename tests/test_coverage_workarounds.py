@@ -343,8 +343,8 @@ def test_packed_attention_with_grouped_heads_exports_to_onnx() -> None:
 
 @pytest.mark.parametrize("model_class", ["DeepseekV2ForCausalLM", "Llama4ForCausalLM", "Gemma3nForCausalLM"])
 def test_dynamo_keeps_complex_rotary_and_erfinv(tmp_path, model_class: str) -> None:
-    # The rotary and gaussian patches are ONNX's and ExecuTorch's (workarounds/lowered.py): torch.export traces and
-    # saves these models as they are.
+    # The rotary and gaussian patches are ONNX's and ExecuTorch's (workarounds/onnx_and_executorch.py): torch.export
+    # traces and saves these models as they are.
     model = tiny_model(model_class)
     inputs = sample_inputs(model)
     exported = _export(model, inputs, "dynamo")
@@ -418,10 +418,10 @@ def test_view_larger_than_its_base_stays_a_copy(monkeypatch: pytest.MonkeyPatch)
 def test_pe_audio_video_alignment_as_gather_is_the_models_interpolation(masked: bool) -> None:
     from transformers.models.pe_audio_video import modeling_pe_audio_video as pe
 
-    from hfexport.exporters.workarounds import dynamo as dynamo_workarounds
+    from hfexport.exporters.workarounds.dynamo import model_patches
 
     original = pe.PeAudioVideoEncoderEmbedder._align_video_hidden_state
-    patched = dynamo_workarounds._patch_pe_audio_video_alignment_as_gather(original)
+    patched = model_patches._patch_pe_audio_video_alignment_as_gather(original)
     generator = torch.Generator().manual_seed(0)
     video, audio = torch.randn(3, 5, 4, generator=generator), torch.randn(3, 13, 4, generator=generator)
     masks = {}
@@ -438,9 +438,9 @@ def test_udop_uncovered_patches_by_scatter_are_the_models_selection(max_len: int
     # the 16 patches after the 9 tokens to 10, 40 pads them to 31.
     from transformers.models.udop import modeling_udop as udop
 
-    from hfexport.exporters.workarounds import dynamo as dynamo_workarounds
+    from hfexport.exporters.workarounds.dynamo import model_patches
 
-    patched = dynamo_workarounds._patch_udop_uncovered_patches_by_scatter(udop.combine_image_text_embeddings)
+    patched = model_patches._patch_udop_uncovered_patches_by_scatter(udop.combine_image_text_embeddings)
     generator = torch.Generator().manual_seed(0)
     image, text = torch.randn(3, 16, 8, generator=generator), torch.randn(3, 9, 8, generator=generator)
     bbox = torch.rand(3, 9, 4, generator=generator)
@@ -458,7 +458,7 @@ def test_qwen4_exp_block_selection_by_masks_is_the_indexers(window: int | None, 
     # visible tokens, whole blocks and tail (none at all before the padding ends); a bool (sdpa) or float mask.
     from transformers.models.qwen4_exp import modeling_qwen4_exp as qwen4_exp
 
-    from hfexport.exporters.workarounds import dynamo as dynamo_workarounds
+    from hfexport.exporters.workarounds.dynamo import model_patches
 
     model = tiny_model("Qwen4ExpTextModel")
     indexer = next(module for module in model.modules() if isinstance(module, qwen4_exp.Qwen4ExpTextQSAIndexer))
@@ -475,7 +475,7 @@ def test_qwen4_exp_block_selection_by_masks_is_the_indexers(window: int | None, 
     seen = (seen[None] & (positions >= torch.tensor([0, 3, 6])[:, None, None]))[:, None]
     mask = seen if dtype is torch.bool else torch.where(seen, 0.0, torch.finfo(dtype).min)
     original = qwen4_exp.Qwen4ExpTextQSAIndexer.forward
-    patched = dynamo_workarounds._patch_qwen4_exp_block_selection_by_masks(original)
+    patched = model_patches._patch_qwen4_exp_block_selection_by_masks(original)
     with torch.no_grad():
         expected = original(indexer, hidden_states, position_embeddings, mask, None)
         assert torch.equal(patched(indexer, hidden_states, position_embeddings, mask, None), expected)
@@ -487,10 +487,10 @@ def test_fastspeech2_length_regulator_as_gather_is_the_models(speaking_speed: fl
     # Phonemes of no frame, a row of no frame at all; when every duration is 0, eager makes each 1 in place.
     from transformers.models.fastspeech2_conformer import modeling_fastspeech2_conformer as fastspeech2
 
-    from hfexport.exporters.workarounds import dynamo as dynamo_workarounds
+    from hfexport.exporters.workarounds.dynamo import model_patches
 
     original = fastspeech2.length_regulator
-    patched = dynamo_workarounds._patch_fastspeech2_length_regulator_as_gather(original)
+    patched = model_patches._patch_fastspeech2_length_regulator_as_gather(original)
     embeddings = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
     for durations in (torch.tensor([[2, 0, 3, 1, 0], [0, 0, 0, 0, 0], [1, 4, 0, 0, 2]]), torch.zeros(3, 5)):
         durations, expected_durations = durations.long(), durations.long().clone()

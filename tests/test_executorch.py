@@ -23,11 +23,12 @@ from hfexport.exporters.exporter_executorch import (
     prepare_for_cuda,
     program_bytes,
 )
-from hfexport.exporters.workarounds import executorch as executorch_workarounds
-from hfexport.exporters.workarounds import fast_lowering as fast_lowering_workarounds
-from hfexport.exporters.workarounds import kernels as kernel_workarounds
-from hfexport.exporters.workarounds import lowered as lowered_workarounds
-from hfexport.exporters.workarounds import xnnpack as xnnpack_workarounds
+from hfexport.exporters.workarounds import onnx_and_executorch as shared_workarounds
+from hfexport.exporters.workarounds.executorch import fast_lowering as fast_lowering_workarounds
+from hfexport.exporters.workarounds.executorch import fixes as executorch_fixes
+from hfexport.exporters.workarounds.executorch import kernel_node_fixes, kernel_patches
+from hfexport.exporters.workarounds.executorch import patches as executorch_patches
+from hfexport.exporters.workarounds.executorch import xnnpack as xnnpack_workarounds
 from hfexport.gate.model_sets import CORE_MODEL_TYPES
 from hfexport.tiny_models import sample_inputs, tiny_model
 
@@ -900,7 +901,7 @@ def test_a_size_that_splits_a_dimension_is_bounded_by_it(monkeypatch):
     program, _ = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
     torch.testing.assert_close(execute(program, *fed)[0], module(*fed))
     # Bounded at the largest input dimension instead, the split's output cannot grow to the rows it gets.
-    monkeypatch.setattr(executorch_workarounds, "_bound_as_a_part", lambda symbol, shape_env: None)
+    monkeypatch.setattr(executorch_fixes, "_bound_as_a_part", lambda symbol, shape_env: None)
     program, _ = ExecutorchExporter().export_program(module, traced, ExecutorchConfig(dynamic=True))
     with pytest.raises(RuntimeError, match=_KERNEL_REFUSES):
         execute(program, *fed)
@@ -1186,10 +1187,12 @@ def test_every_workaround_is_registered_and_named():
     defined = {
         (key, name)
         for key, module in (
-            ("executorch", executorch_workarounds),
+            ("executorch", executorch_patches),
+            ("executorch", executorch_fixes),
             ("executorch", fast_lowering_workarounds),
-            ("executorch", kernel_workarounds),
-            ("executorch", lowered_workarounds),
+            ("executorch", kernel_patches),
+            ("executorch", kernel_node_fixes),
+            ("executorch", shared_workarounds),
             ("executorch.xnnpack", xnnpack_workarounds),
         )
         for name in vars(module)

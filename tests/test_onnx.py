@@ -208,7 +208,7 @@ def _module(forward) -> torch.nn.Module:
 def test_torchlib_registry_is_built_once_and_each_export_gets_its_own_copy(monkeypatch):
     from torch.onnx._internal.exporter._registration import ONNXRegistry
 
-    from hfexport.exporters.workarounds import onnx as onnx_workarounds
+    from hfexport.exporters.workarounds.onnx import patches as onnx_workarounds
 
     built = []
     build = ONNXRegistry.from_torchlib.__func__
@@ -487,7 +487,7 @@ def test_fix_ir_unregistered_constants_registers_them_as_initializers():
     import onnx
     import onnx_ir as ir
 
-    from hfexport.exporters.workarounds.onnx import _fix_ir_unregistered_constants
+    from hfexport.exporters.workarounds.onnx.ir_fixes import _fix_ir_unregistered_constants
 
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]))
     bounds = []

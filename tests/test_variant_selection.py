@@ -157,15 +157,15 @@ def test_an_edit_in_dynamic_ntk_rope_checks_the_dynamic_variant_end_to_end(check
 
 RECORDED_ROPE_LOOKUP = """
 import transformers.models.llama.modeling_llama as llama
-from hfexport.exporters.workarounds import dynamo
+from hfexport.exporters.workarounds.dynamo.patches import _rope_update_wrapper
 from hfexport.gate.impact_recorder import ImpactRecorder
 
-before = dynamo._rope_update_wrapper(vars(llama.LlamaRotaryEmbedding)["forward"])
+before = _rope_update_wrapper(vars(llama.LlamaRotaryEmbedding)["forward"])
 ImpactRecorder(None).instrument_loaded()
 import transformers.models.mistral.modeling_mistral as mistral  # its wrappers made by the instrumented decorator
 
 rotaries = (llama.LlamaRotaryEmbedding, mistral.MistralRotaryEmbedding)
-after = [dynamo._rope_update_wrapper(vars(rotary)["forward"]) for rotary in rotaries]
+after = [_rope_update_wrapper(vars(rotary)["forward"]) for rotary in rotaries]
 print(before is not None, *(found is not None for found in after))
 """
 

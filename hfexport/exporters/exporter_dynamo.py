@@ -3,7 +3,7 @@
 ``DynamoExporter.export_program`` runs six stages, each marked below by a ``# ── Stage N: … ──`` banner:
 
 1. forward-signature patch: ``model.forward`` gets a flat keyword signature while tracing;
-2. model patches: the ``"dynamo"`` workarounds (``workarounds/dynamo.py``), then the backend's own keys' patches;
+2. model patches: the ``"dynamo"`` workarounds (the ``workarounds/dynamo/`` room), then the backend's own keys' patches;
 3. pytree registration: every ``Cache`` and ``ModelOutput`` type (``pytree.py``);
 4. dynamic shapes: ``Dim.AUTO`` on every input dimension with ``dynamic=True``, but those a static-dims declaration
    keeps static and those a dim-multiples declaration makes a multiple of a dynamic root;
@@ -45,9 +45,7 @@ from .registry import (
     watch_patches,
 )
 from .shared_trace import SharedTrace
-from .workarounds import dynamo as _workarounds  # noqa: F401 - registers the "dynamo" workarounds
-from .workarounds import fast_loading as _fast_loading  # noqa: F401 - registers the "dynamo" loading swaps
-from .workarounds import fast_tracing as _fast_tracing  # noqa: F401 - registers the "dynamo" tracing swaps
+from .workarounds import dynamo as _workarounds  # noqa: F401 - registers the "dynamo" room (loading swaps included)
 
 
 @dataclasses.dataclass
@@ -210,8 +208,9 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 
 # ── Stage 2: Model patches ──
 # Swap model methods torch.export cannot trace for export-safe equivalents, for the duration of one export; they live
-# in ``workarounds/dynamo.py``. Extend there with ``@register_patch("dynamo", "transformers.models.<name>.…")``;
-# ``export_program`` installs the keys of ``workaround_keys`` in order ("dynamo" first) around the trace.
+# in ``workarounds/dynamo/``. Extend ``model_patches.py`` (``patches.py`` for code many models share) with
+# ``@register_patch("dynamo", "transformers.models.<name>.…")``; ``export_program`` installs the keys of
+# ``workaround_keys`` in order ("dynamo" first) around the trace.
 
 
 # ── Stage 3: Pytree registration ──
@@ -224,7 +223,7 @@ def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> It
 # With ``dynamic=True`` every dimension of every tensor input, cache leaves included, gets ``Dim.AUTO``:
 # torch.export keeps what can vary dynamic and specializes the rest. A model whose trace would pin a dimension only
 # after costly symbolic reasoning declares it static instead: ``@register_static_dims("dynamo", "<module class>")``
-# in ``workarounds/dynamo.py``. A model that takes a dimension in multiples only (image sizes in windows) declares
+# in ``workarounds/dynamo/dims.py``. A model that takes a dimension in multiples only (image sizes in windows) declares
 # it so, ``@register_dim_multiples``: the dimension becomes the multiple times a dynamic root, and the trace reasons
 # over that product instead of over floor divisions and Mods of the size. ``DynamoConfig.dynamic_shapes`` overrides all.
 
@@ -339,8 +338,8 @@ def stateful_attributes_cleared(model: torch.nn.Module) -> Iterator[None]:
 
 # ── Stage 6: Program fixes ──
 # Rewrites of the traced program that every backend needs, run once on it before any backend lowers it (and before
-# the gate hands the trace on to ONNX). Extend in ``workarounds/dynamo.py`` with ``@register_fx_program_fix("dynamo")``;
-# a backend's own program fixes run in its lowering stages.
+# the gate hands the trace on to ONNX). Extend ``workarounds/dynamo/program_fixes.py`` with
+# ``@register_fx_program_fix("dynamo")``; a backend's own program fixes run in its lowering stages.
 
 
 def program_metadata(program: ExportedProgram, sample_inputs: dict[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,10 @@
    and ``to_executorch``, which run after stages 4 and 5;
 4. FX program fixes and 5. FX node fixes: repairs of the traced program before lowering.
 
-Stages 2-5 run the workarounds of two registry keys (``workaround_keys``): ``"executorch"`` (every backend, in
-``workarounds/executorch.py``, plus the model patches ONNX shares in ``lowered.py``) and ``"executorch.<backend>"``
-(``workarounds/xnnpack.py`` for XNNPACK). Lowering is tuned for speed (``fast_lowering``): the cost of ExecuTorch
-lowering follows the number of delegate partitions and of graph re-traces, not the model size.
+Stages 2-5 run the workarounds of two registry keys (``workaround_keys``): ``"executorch"`` (every backend, in the
+``workarounds/executorch/`` room, plus the model patches ONNX shares in ``onnx_and_executorch.py``) and
+``"executorch.<backend>"`` (``executorch/xnnpack.py`` for XNNPACK). Lowering is tuned for speed (``fast_lowering``):
+the cost of ExecuTorch lowering follows the number of delegate partitions and of graph re-traces, not the model size.
 """
 
 from __future__ import annotations
@@ -56,11 +56,8 @@ from .registry import (  # noqa: E402
     merged_records,
 )
 from .shared_trace import SharedTrace  # noqa: E402
-from .workarounds import executorch as _executorch_workarounds  # noqa: E402, F401 - registers "executorch"
-from .workarounds import fast_lowering as _fast_lowering  # noqa: E402, F401 - registers "executorch" lowering swaps
-from .workarounds import kernels as _kernel_workarounds  # noqa: E402, F401 - "executorch" ops without a runtime kernel
-from .workarounds import lowered as _lowered_workarounds  # noqa: E402, F401 - model patches for "executorch"
-from .workarounds import xnnpack as _xnnpack_workarounds  # noqa: E402, F401 - registers "executorch.xnnpack"
+from .workarounds import executorch as _executorch_room  # noqa: E402, F401 - registers "executorch" and its delegates'
+from .workarounds import onnx_and_executorch as _shared_patches  # noqa: E402, F401 - model patches for "executorch"
 
 logger = logging.getLogger(__name__)
 
@@ -300,8 +297,9 @@ _BACKEND_PREPARE: dict[str, Callable[[torch.nn.Module, dict[str, Any]], tuple[An
 
 # ── Stage 2: Torch patches ──
 # Reversible swaps of torch ops (or model code) an ExecuTorch backend rejects, installed while tracing. Extend with
-# ``@register_patch("executorch", "torch.<op>")`` in ``workarounds/executorch.py`` (``lowered.py`` when ONNX needs it
-# too), or with ``"executorch.xnnpack"`` in ``workarounds/xnnpack.py`` for what only the XNNPACK delegate needs.
+# ``@register_patch("executorch", "torch.<op>")`` in ``workarounds/executorch/patches.py`` (``kernel_patches.py``
+# for an op without a runtime kernel, ``onnx_and_executorch.py`` when ONNX needs it too), or with
+# ``"executorch.xnnpack"`` in ``executorch/xnnpack.py`` for what only the XNNPACK delegate needs.
 
 
 # ── Stage 3: ExecuTorch patches ──
@@ -312,7 +310,7 @@ _BACKEND_PREPARE: dict[str, Callable[[torch.nn.Module, dict[str, Any]], tuple[An
 
 # ── Stage 4: FX program fixes ──
 # ``fix(exported_program) -> changed`` for repairs that need the whole program (range constraints, graph signature),
-# run once after tracing. Extend with ``@register_fx_program_fix("executorch")`` in ``workarounds/executorch.py``.
+# run once after tracing. Extend with ``@register_fx_program_fix("executorch")`` in ``executorch/fixes.py``.
 
 
 # ── Stage 5: FX node fixes ──
@@ -324,7 +322,7 @@ _BACKEND_PREPARE: dict[str, Callable[[torch.nn.Module, dict[str, Any]], tuple[An
 # ── Lowering speed ──
 # Measured on a tiny 2-layer Llama (see scripts/bench_executorch.py): the cost of to_edge_transform_and_lower is
 # re-tracing. With ``fast_lowering``, stage 1 swaps XNNPACK's partitioner for the one below and stage 3 installs the
-# registered lowering swaps (``workarounds/fast_lowering.py``, ``workarounds/xnnpack.py``). No program semantics change.
+# registered lowering swaps (``executorch/fast_lowering.py``, ``executorch/xnnpack.py``). No program semantics change.
 
 
 class _UnfilteredXnnpackPartitioner(XnnpackPartitioner):

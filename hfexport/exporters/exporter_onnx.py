@@ -1,9 +1,9 @@
 """``OnnxExporter``: a torch.export program lowered to ONNX by ``torch.onnx.export`` (dynamo path, onnxscript).
 
 ``OnnxExporter.export_program`` traces with ``DynamoExporter``, then runs five stages, each marked below by a
-``# ── Stage N: … ──`` banner; the workarounds of stages 1-5 live in ``workarounds/onnx.py`` (key ``"onnx"``):
+``# ── Stage N: … ──`` banner; the workarounds of stages 1-5 live in the ``workarounds/onnx/`` room (key ``"onnx"``):
 
-1. torch patches: ``"onnx"`` patches of torch ops or model code (also ``workarounds/lowered.py``), while tracing;
+1. torch patches: ``"onnx"`` patches of torch ops or model code (also ``onnx_and_executorch.py``), while tracing;
 2. ONNX patches: torch.onnx and onnxscript internals, installed around lowering and optimizing (a hook re-runs stage 3
    after decomposition);
 3. FX node fixes: single graph nodes torch.onnx cannot lower;
@@ -42,8 +42,8 @@ from .registry import (  # noqa: E402
     optimizer_skips,
 )
 from .shared_trace import SharedTrace  # noqa: E402
-from .workarounds import lowered as _lowered_workarounds  # noqa: E402, F401 - registers model patches for "onnx"
-from .workarounds.onnx import _APPLIED_FIXES  # noqa: E402 - importing it registers the "onnx" workarounds
+from .workarounds import onnx_and_executorch as _shared_patches  # noqa: E402, F401 - registers model patches for "onnx"
+from .workarounds.onnx.patches import _APPLIED_FIXES  # noqa: E402 - importing it registers the "onnx" room
 
 
 @dataclasses.dataclass
@@ -166,28 +166,28 @@ def _stage(number: int, name: str) -> Iterator[None]:
 
 # ── Stage 1: Torch patches ──
 # "onnx" patches of torch ops or model code the ONNX exporter cannot translate, installed right after dynamo's while
-# tracing. Extend with ``@register_patch("onnx", "<path>")`` in ``workarounds/onnx.py``, or in
-# ``workarounds/lowered.py`` (also registered for "executorch") when ExecuTorch needs it too.
+# tracing. Extend with ``@register_patch("onnx", "<path>")`` in ``workarounds/onnx/patches.py``, or
+# in ``workarounds/onnx_and_executorch.py`` (also registered for "executorch") when ExecuTorch needs it too.
 
 
 # ── Stage 2: ONNX patches ──
 # Patches of torch.onnx internals, installed again around stages 3 and 4; one re-runs the stage 3 fixes on the graph
-# torch.onnx decomposed. Extend with ``@register_patch("onnx", "torch.onnx…")`` in ``workarounds/onnx.py``.
+# torch.onnx decomposed. Extend with ``@register_patch("onnx", "torch.onnx…")`` in ``onnx/patches.py``.
 
 
 # ── Stage 3: FX node fixes ──
 # ``fix(graph_module, node) -> changed`` for nodes torch.onnx cannot lower, run on the traced graph and again after
-# decomposition (stage 2). Extend with ``@register_fx_node_fix("onnx")`` in ``workarounds/onnx.py``.
+# decomposition (stage 2). Extend with ``@register_fx_node_fix("onnx")`` in ``onnx/node_fixes.py``.
 
 
 # ── Stage 4: ONNX translations ──
 # onnxscript lowerings for ops whose torchlib default is missing or wrong, handed to ``torch.onnx.export``. Extend
-# with ``@register_onnx_translation("<op path>")`` on an ``_aten_*`` function in ``workarounds/onnx.py``.
+# with ``@register_onnx_translation("<op path>")`` on an ``_aten_*`` function in ``onnx/translations.py``.
 
 
 # ── Stage 5: ONNX IR fixes ──
 # The finished program is optimized, named, fixed for onnxruntime and checked. Extend with ``@register_ir_fix("onnx")``
-# (``fix(model) -> changed``) in ``workarounds/onnx.py``; a model class the optimizer breaks on gets
+# (``fix(model) -> changed``) in ``onnx/ir_fixes.py``; a model class the optimizer breaks on gets
 # ``@register_onnx_optimizer_skip("<class path>")`` there, beside the upstream bug (skips are meant to go).
 
 # Above this many bytes of weights, ``model.onnx`` keeps its tensors in a ``model.onnx.data`` sidecar file.

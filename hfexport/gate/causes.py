@@ -22,8 +22,9 @@ _NO_TRANSLATION = ("No ONNX function found", "has no translation", "no lowering"
 # ExecuTorch's runtime names no operator when loading fails for a missing kernel: error 0x14 is OperatorMissing.
 _NO_KERNEL = ("Missing operator", "missing out variant", "OperatorMissing", "error: 0x:14", "error: 0x14")
 # What hfexport adds for an operator a backend lacks, in the reviewer's words (the comment names no hfexport path). The
-# modules: ONNX's translations and FX node fixes in workarounds/onnx.py, decompositions of ops ExecuTorch's runtime has
-# no kernel for in workarounds/kernels.py, ExecuTorch's other FX node fixes in workarounds/executorch.py.
+# modules: ONNX's translations and FX node fixes in workarounds/onnx/{translations,node_fixes}.py, decompositions of
+# ops ExecuTorch's runtime has no kernel for in workarounds/executorch/kernel_*.py, its other fixes in
+# executorch/fixes.py.
 _MISSING_OP_WORKAROUND = {"onnx": "an ONNX translation or an FX node fix", "executorch": "an FX node fix"}
 _OUTPUT = re.compile(r"at the (?P<shape>traced|second) shape \((?P<inputs>.*)\): (?P<output>[^:]+): (?P<how>.+)")
 

@@ -1,9 +1,11 @@
-"""Every workaround, one module per registry key (``dynamo``, ``onnx``, ``executorch`` and its delegate ``xnnpack``),
-plus ``kernels`` (ExecuTorch: decompositions of ops its runtime has no kernel for), ``lowered`` (model patches ONNX and
-ExecuTorch share), ``fast_tracing`` (speed-ups of every trace), ``fast_lowering`` (ExecuTorch's lowering swaps) and
-``fast_loading`` (torch.export.load's loading swaps).
+"""Every workaround, in one room (package) per backend, one file per theme inside it.
 
-Each backend's exporter module imports its workaround modules, so a workaround is registered when its backend loads
-(this package imports nothing itself). ``grep -nE "^def (_patch_|_fix_|_aten_|_skip_|_static_|_multiples_)"
-hfexport/exporters/workarounds/*.py`` lists them all; ``hfexport registry`` lists them with their key, stage and reason.
+``dynamo/`` (key ``"dynamo"``: what torch.export needs, installed around every backend's trace, with its tracing and
+loading speed-ups), ``onnx/`` (key ``"onnx"``), ``executorch/`` (key ``"executorch"`` and its delegate
+``"executorch.xnnpack"``: patches, fixes, ops without a runtime kernel, XNNPACK, lowering swaps), plus
+``onnx_and_executorch.py`` (model patches both of those backends need) and ``graph.py`` (walking a program's graphs).
+
+Each backend's exporter module imports its room, so a workaround is registered when its backend loads (this package
+imports nothing itself). ``grep -rnE "^def (_patch_|_fix_|_aten_|_skip_|_static_|_multiples_)"
+hfexport/exporters/workarounds`` lists them all; ``hfexport registry`` lists them with their key, stage and reason.
 """

@@ -15,15 +15,15 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from ...torch_compat import OpOverload, PassBase, PassResult
-from ..registry import register_lowering_swap
-from .fast_tracing import (
+from ....torch_compat import OpOverload, PassBase, PassResult
+from ...registry import register_lowering_swap
+from ..dynamo.fast_tracing import (
     GRAPH_MODULE_CONSTRUCTOR,
     RESHAPE_VIEW_HELPER,
     _patch_graph_modules_compiled_on_first_call,
     _patch_view_of_contiguous_as_strided,
 )
-from .graph import program_nodes
+from ..graph import program_nodes
 
 # Lowering makes most of a program's GraphModules (each pass, each partition): their Python code too waits for a call.
 register_lowering_swap("executorch", GRAPH_MODULE_CONSTRUCTOR)(_patch_graph_modules_compiled_on_first_call)
@@ -119,7 +119,7 @@ class _ViewCopiesInPlace(PassBase):
     does while it re-traces; node values are left for the next re-trace to recompute."""
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        from ...torch_compat import _NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS, get_view_copy_of_view_op
+        from ....torch_compat import _NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS, get_view_copy_of_view_op
 
         for module in graph_module.modules():
             if not isinstance(module, torch.fx.GraphModule):
@@ -172,7 +172,7 @@ def _patch_partitions_sorted_once(original: Callable) -> Callable:
     # x nodes): 350 of SeamlessM4T speech's 615 profiled lowering seconds (451 partitions). Sort once, after the last.
     from executorch.exir.backend import backend_api
 
-    from ...torch_compat import legalize_graph
+    from ....torch_compat import legalize_graph
 
     def create_partitions(graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> dict[str, list]:
         create_submodule = backend_api.create_submodule_from_nodes

@@ -1,14 +1,10 @@
-"""Model patches torch.export itself needs (key ``"dynamo"``): installed first around the trace of every backend.
-
-A patch here swaps model (or torch) code torch.export cannot trace, or cannot save, for an export-safe equivalent,
-for the duration of one export (``DynamoExporter``'s stage 2). Model patches only ONNX and ExecuTorch need are in
-``lowered.py``. The dims declarations after them keep input dimensions static or declare them multiples (stage 4,
-every backend); the program fixes at the end rewrite the traced program every backend lowers (stage 6).
+"""Patches of one model's own code that torch.export needs (key ``"dynamo"``), installed around the trace of every
+backend (``DynamoExporter``'s stage 2): each swaps code torch.export cannot trace, or cannot save, for an export-safe
+equivalent for the duration of one export. Patches of torch and of code many models share are in ``patches.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import types
@@ -16,58 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.export import ExportedProgram
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import AttentionInterface
 
-from ... import compat
-from ...torch_compat import OpOverload, free_unbacked_symbols
-from ..registry import (
-    LoadedTargets,
-    register_dim_multiples,
-    register_fx_program_fix,
-    register_loaded_patch,
+from ....torch_compat import free_unbacked_symbols
+from ...registry import (
     register_patch,
-    register_static_dims,
 )
-
-
-@register_patch("dynamo", "torch.nn.functional.scaled_dot_product_attention")
-def _patch_sdpa_math_kernel_on_cpu(original: Callable) -> Callable:
-    # sam3 (dynamic image size): CPU SDPA's fused-kernel choice guards on data-dependent sizes, "Could not guard on
-    # data-dependent expression Eq(u0*u1, 16)"; the math kernel has no such check (upstream: torch's CPU sdp choice).
-    # Only then: the math kernel's output strides break later views when torch.onnx re-decomposes (t5 dynamic).
-    def scaled_dot_product_attention(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        tensors = [value for value in (query, *args, *kwargs.values()) if isinstance(value, torch.Tensor)]
-        if query.device.type != "cpu" or not any(free_unbacked_symbols(tensor.shape) for tensor in tensors):
-            return original(query, *args, **kwargs)
-        with sdpa_kernel(SDPBackend.MATH):
-            return original(query, *args, **kwargs)
-
-    return scaled_dot_product_attention
-
-
-@register_patch("dynamo", "transformers.masking_utils._vmap_expansion_sdpa")
-def _patch_mask_expansion_by_broadcast(_original: Callable) -> Callable:
-    # unlimited_ocr, gemma3/gemma4 VLMs, t5gemma2 (custom or/and mask functions): the torch.vmap mask expansion fails
-    # in torch.onnx's run_decompositions ("tensor may have escaped from inside a function being vmapped").
-    # Mask functions only index tensors with the four index grids, so broadcasting the grids is equivalent.
-    def expansion(mask_function: Callable) -> Callable:
-        def expanded(batch: torch.Tensor, head: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-            grid = (batch[:, None, None, None], head[None, :, None, None], q[None, None, :, None], kv[None, None, None])
-            return mask_function(*grid).expand(batch.shape[0], head.shape[0], q.shape[0], kv.shape[0])
-
-        return expanded
-
-    return expansion
-
-
-@register_patch("dynamo", "transformers.masking_utils.TransformGetItemToIndex")
-def _patch_mask_indexing_as_getitem(_original: Callable) -> Callable:
-    # t5gemma2 (vmap masks): indexing inside the mask functions becomes a ModIndex higher-order op that
-    # torch.export.save rejects ("Unsupported getattr attribute function_const_func_spec0"). Only vmap needs that
-    # op, and the broadcast expansion above replaces vmap, so plain indexing is equivalent.
-    return contextlib.nullcontext
 
 
 @register_patch("dynamo", "transformers.models.longcat_flash.modeling_longcat_flash.LongcatFlashExperts.forward")
@@ -87,14 +36,6 @@ def _patch_longcat_experts_dense(_original: Callable) -> Callable:
         return _weighted_by_routing(torch.cat([expert_outputs, identities]), top_k_index, top_k_weights)
 
     return forward
-
-
-@register_patch("dynamo", "transformers.integrations.moe.ExpertsInterface._global_mapping")
-def _patch_eager_experts_as_batched_mm(original: dict[str, Callable]) -> dict[str, Callable]:
-    # openai_privacy_filter (its experts default to "eager"): the eager loop over the experts the router picked has
-    # a data-dependent length ("Could not guard on data-dependent expression Eq(u0, 0)"); batched_mm runs the same
-    # experts as batched matmuls (the other MoEs export their default grouped_mm).
-    return {**original, "eager": original["batched_mm"]}
 
 
 @register_patch("dynamo", "transformers.models.dbrx.modeling_dbrx.DbrxExperts.forward")
@@ -368,6 +309,8 @@ def _patch_longformer_local_attention_checked(original: Callable) -> Callable:
 
 
 _AUTOFORMER = "transformers.models.autoformer.modeling_autoformer"
+
+
 _INFORMER = "transformers.models.informer.modeling_informer"
 
 
@@ -382,15 +325,9 @@ def _patch_no_padding_mask_as_none(original: Callable) -> Callable:
     return create_bidirectional_mask
 
 
-@register_patch("dynamo", "torch.distributions.Distribution._validate_args")
-def _patch_distributions_unvalidated(_original: bool) -> bool:
-    # autoformer, informer, time_series_transformer (ForPrediction's loss): building the output distribution checks
-    # its parameters' values ("Could not guard on data-dependent expression Eq(u0, 1)", time_series_utils.py:98); the
-    # check only raises on invalid parameters, so export without it.
-    return False
-
-
 _MIMI, _ENCODEC = "transformers.models.mimi.modeling_mimi", "transformers.models.encodec.modeling_encodec"
+
+
 _POCKET_TTS = "transformers.models.pocket_tts_audio_tokenizer.modeling_pocket_tts_audio_tokenizer"
 
 
@@ -504,344 +441,3 @@ def _patch_reformer_axial_positions_gathered_at_once(original: Callable) -> Call
         return table.reshape(-1, table.shape[-1])[position_ids]
 
     return forward
-
-
-# Attentions over packed sequences (one flat row per patch or frame of every image or clip, boundaries in cu_seqlens),
-# as "<model_type>.<class>": transformers 5.22-5.24's vision towers and Qwen-Omni/ASR audio encoders.
-_PACKED_ATTENTIONS = (
-    "cohere_compass.CohereCompassVisionAttention",
-    "cosmos3_edge.Cosmos3EdgeVisionAttention",
-    "dots3_note.Dots3NoteVisionAttention",
-    "ernie4_5_vl_moe.Ernie4_5_VLMoeVisionAttention",
-    "exaone4_5.Exaone4_5_VisionAttention",
-    "glm4v.Glm4vVisionAttention",
-    "glm4v_moe.Glm4vMoeVisionAttention",
-    "glm5_next.Glm5NextVisionAttention",
-    "glm_image.GlmImageVisionAttention",
-    "glm_ocr.GlmOcrVisionAttention",
-    "hunyuan_vl.HunYuanVLVisionAttention",
-    "inkling2.Inkling2VisionAttention",
-    "kimi_k25.Kimi_K25VisionAttention",
-    "lfm3_vl.Lfm3VlVisionAttention",
-    "minicpm_ocr.MiniCPMOcrVisionAttention",
-    "minicpmv4_6.MiniCPMV4_6VisionAttention",
-    "minicpmv4_7.MiniCPMV4_7VisionAttention",
-    "minimax_m3_vl.MiniMaxM3VLVisionAttention",
-    "muse_glimmer.MuseGlimmerVisionAttention",
-    "muse_spark.MuseSparkVisionAttention",
-    "paddleocr_vl.PaddleOCRVisionAttention",
-    "qwen2_5_omni.Qwen2_5OmniAudioAttention",
-    "qwen2_5_omni.Qwen2_5OmniVisionAttention",
-    "qwen2_5_vl.Qwen2_5_VLVisionAttention",
-    "qwen2_vl.VisionAttention",
-    "qwen3_5.Qwen3_5VisionAttention",
-    "qwen3_5_moe.Qwen3_5MoeVisionAttention",
-    "qwen3_asr.Qwen3ASRAudioAttention",
-    "qwen3_omni_moe.Qwen3OmniMoeAudioAttention",
-    "qwen3_omni_moe.Qwen3OmniMoeVisionAttention",
-    "qwen3_vl.Qwen3VLVisionAttention",
-    "qwen3_vl_moe.Qwen3VLMoeVisionAttention",
-    "qwen4_exp.Qwen4ExpVisionAttention",
-    "radio.RadioAttention",
-    "video_llama_3.VideoLlama3VisionAttention",
-)
-_PACKED_SDPA = "hfexport_flash_varlen_as_masked_sdpa"  # "flash" in the name selects the cu_seqlens branch
-
-
-@register_patch(
-    "dynamo", *(f"transformers.models.{path.partition('.')[0]}.modeling_{path}.forward" for path in _PACKED_ATTENTIONS)
-)
-def _patch_packed_attention_as_masked_sdpa(original: Callable) -> Callable:
-    # Qwen-VL-style towers: outside flash attention each packed sequence is attended on its own, split by
-    # `lengths.tolist()` ("Could not guard on data-dependent expression u0 > 1", sdpa_attention.py); the flash branch
-    # hands cu_seqlens to the attention function instead, run here as one SDPA masked to each sequence's own rows.
-    AttentionInterface.register(_PACKED_SDPA, _packed_sdpa)  # a name nothing selects outside this patch
-
-    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        saved = self.config._attn_implementation_internal
-        self.config._attn_implementation_internal = _PACKED_SDPA
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            self.config._attn_implementation_internal = saved
-
-    return forward
-
-
-def _packed_sdpa(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    scaling: float | None = None,
-    cu_seq_lens_q: torch.Tensor | None = None,
-    **_varlen: Any,
-) -> tuple[torch.Tensor, None]:
-    """SDPA over (1, heads, rows, dim) packed rows, each row attending only to the rows of its own sequence.
-
-    torch's SDPA, not transformers' wrapper: that one branches on the query length (``q_length > 1``), which is
-    data-dependent where a tower's row count comes from its inputs' values (Qwen3-ASR's chunked audio). A call
-    without cu_seqlens (Radio's unpacked batches) is plain SDPA, as without the patch.
-    """
-    if cu_seq_lens_q is None:
-        return AttentionInterface()["sdpa"](module, query, key, value, attention_mask, scaling=scaling, **_varlen)
-    rows = torch.arange(query.shape[2], device=query.device)
-    sequence = (rows[:, None] >= cu_seq_lens_q[None, 1:]).sum(-1)  # which packed sequence each row belongs to
-    mask = (sequence[:, None] == sequence[None, :])[None, None]
-    # Grouped key/value heads repeated here, not by enable_gqa: torchlib's SDPA compares head counts as symbolic
-    # dims on grouped heads ("'>' not supported between instances of 'SymbolicDim'", exaone4_5's vision tower).
-    groups = query.shape[1] // key.shape[1]
-    key, value = (states[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2) for states in (key, value))
-    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
-    return output.transpose(1, 2).contiguous(), None
-
-
-def _rope_update_code() -> types.CodeType | None:
-    """The code of every wrapper ``dynamic_rope_update`` makes (None where this transformers lacks it); asked each time,
-    never kept: the gate's impact recording gives the decorator and its wrappers new code, and a kept one goes stale."""
-    decorator = compat.internal("transformers.modeling_rope_utils.dynamic_rope_update")
-    return decorator(lambda self, x, position_ids: None).__code__ if decorator is not None else None
-
-
-def _rope_update_wrapper(function: Any) -> Any:
-    """The ``dynamic_rope_update`` wrapper among ``function``'s decorators (``torch.no_grad()`` on top), or None."""
-    wrapper_code = _rope_update_code()
-    while function is not None and getattr(function, "__code__", None) is not wrapper_code:
-        function = getattr(function, "__wrapped__", None)
-    return function
-
-
-def _rope_updated_forwards() -> list[str]:
-    """The forwards ``dynamic_rope_update`` wraps, in every modeling module loaded so far (one per rotary class)."""
-    found = []
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("transformers.models.") or ".modeling_" not in name:
-            continue
-        for owner in list(vars(module).values()):
-            if not isinstance(owner, type) or owner.__module__ != name:
-                continue
-            if _rope_update_wrapper(vars(owner).get("forward")) is not None:
-                found.append(f"{name}.{owner.__qualname__}.forward")
-    return found
-
-
-@register_loaded_patch("dynamo", LoadedTargets(_rope_updated_forwards))
-def _patch_dynamic_rope_as_tensor_select(original: Callable) -> Callable:
-    # rope_type "dynamic" (NTK): dynamic_rope_update branches in Python on the largest position id ("Could not guard on
-    # data-dependent expression Eq(u0, 1)"); both frequency sets are computed and torch.where picks one, as eager would.
-    update = _rope_update_wrapper(original)
-    rope_forward = update.__wrapped__
-
-    def forward(self: Any, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None) -> Any:
-        rope_type = self.rope_type if layer_type is None else self.rope_type[layer_type]
-        kwargs = {} if layer_type is None else {"layer_type": layer_type}
-        if "dynamic" not in rope_type:
-            return original(self, x, position_ids, **kwargs)
-        prefix = "" if layer_type is None else f"{layer_type}_"
-        with torch.no_grad():
-            seq_len = torch.max(position_ids) + 1
-            rope_init_fn = update.__globals__["ROPE_INIT_FUNCTIONS"][rope_type]  # the one eager's update calls
-            grown, _ = rope_init_fn(self.config, x.device, seq_len=seq_len, **kwargs)
-            original_inv_freq = getattr(self, f"{prefix}original_inv_freq")
-            inv_freq = torch.where(seq_len > self.original_max_seq_len, grown, original_inv_freq)
-            saved = getattr(self, f"{prefix}inv_freq")
-            setattr(self, f"{prefix}inv_freq", inv_freq)
-            try:
-                return rope_forward(self, x, position_ids, **kwargs)
-            finally:
-                setattr(self, f"{prefix}inv_freq", saved)
-
-    return forward
-
-
-# ── Static dims (stage 4) ──
-
-_SWIN, _SWINV2 = "transformers.models.swin.modeling_swin", "transformers.models.swinv2.modeling_swinv2"
-_DONUT, _MASKFORMER = (
-    "transformers.models.donut.modeling_donut_swin",
-    "transformers.models.maskformer.modeling_maskformer_swin",
-)
-
-
-@register_static_dims(
-    "dynamo",
-    f"{_SWIN}.SwinLayer",
-    f"{_SWINV2}.Swinv2Layer",
-    f"{_DONUT}.DonutSwinLayer",
-    f"{_MASKFORMER}.MaskFormerSwinLayer",
-)
-def _static_image_size_of_window_partition(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # swin family: a dynamic H/W turns padding to window multiples and window_partition's views into nested floor-div,
-    # Mod and Min expressions (30-280 s of sympy in torch.export), and the pad/window-clamp branches pin H/W anyway.
-    return _image_size(name, value)
-
-
-@register_dim_multiples("dynamo", "transformers.models.swin2sr.modeling_swin2sr.Swin2SRModel")
-def _multiples_of_swin2sr_window(name: str, value: torch.Tensor, model: Any) -> dict[int, int]:
-    # swin2sr: patch_unembed views the features back at the unpadded H x W, so eager takes window multiples only; as
-    # sizes of their own, the padding to the window and each window view cost torch.export Mod reasoning (98 s).
-    window = model.config.window_size
-    return {2: window, 3: window} if name == "pixel_values" and value.dim() == 4 else {}
-
-
-@register_static_dims("dynamo", "transformers.models.hiera.modeling_hiera.HieraEncoder")
-def _static_image_size_of_hiera_unroll(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # hiera: the mask-unit unroll/reroll schedule is sized from config.image_size (HieraEncoder.__init__'s
-    # stage_size), so eager runs at that size only; a dynamic H/W cost ExecuTorch 400 s of sympy and a program
-    # planned too large to load (std::bad_alloc).
-    return _image_size(name, value)
-
-
-@register_static_dims(
-    "dynamo",
-    "transformers.models.sam2.modeling_sam2.Sam2HieraDetModel",
-    "transformers.models.sam3.modeling_sam3.Sam3Model",
-)
-def _static_image_size_of_sam(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # sam2, sam3: window partitions of a dynamic H/W cost sympy time (sam2 over 300 s, sam3 28 s, static 5 s), then the
-    # trace pins H/W anyway (sam2 views its features at backbone_feature_sizes, sam3 guards (3 + W // 8) // 4 == 1);
-    # sam2's Hiera backbone on its own pins them by an equation torch's solver cannot solve (NotImplementedError).
-    return _image_size(name, value)
-
-
-@register_static_dims(
-    "dynamo",
-    "transformers.models.xlstm.modeling_xlstm.xLSTMModel",
-    "transformers.models.nemotron3_5_transcribe.modeling_nemotron3_5_transcribe.Nemotron3_5TranscribeAudioModel",
-    "transformers.models.mamba.modeling_mamba.MambaMixer",
-    "transformers.models.falcon_mamba.modeling_falcon_mamba.FalconMambaMixer",
-    "transformers.models.jamba.modeling_jamba.JambaMambaMixer",
-    "transformers.models.zamba.modeling_zamba.ZambaMambaMixer",
-    "transformers.models.rwkv.modeling_rwkv.RwkvSelfAttention",
-    "transformers.models.canine.modeling_canine.CanineAttention",
-    "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru",
-)
-def _static_sequence_of_python_loops_over_time(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # xlstm: inference unrolls the sequence in Python (mlstm_recurrent_sequence_native's `for t in range(S)`, chunk
-    # sizes from `S // chunk_size`); nemotron3_5_transcribe's audio tower encodes chunk by chunk, `for start in
-    # range(0, num_frames, chunk_length)` (_get_chunks, guard frames // 8 == 7); mamba, falcon_mamba, jamba and zamba
-    # scan their state token by token without the CUDA kernels (mamba_selective_scan's `for index in range(seq_len)`;
-    # the parallel scans are off while exporting), rwkv too (rwkv_linear_attention_cpu's `for current_index in
-    # range(seq_length)`); canine's character encoders attend chunk by chunk (CanineAttention's `for chunk_start in
-    # range(from_start, from_seq_length, ...)`); recurrent_gemma's RG-LRU too (_rnn_scan's `for t in
-    # range(hidden_states.shape[1])`, guard Eq(seq, 7)): every length is its own program.
-    return _sequence(name, value)
-
-
-@register_static_dims("dynamo", "transformers.models.funnel.modeling_funnel.FunnelAttentionStructure")
-def _static_sequence_of_funnel_position_lists(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # funnel: relative positions are Python lists, `pos = list(range(seq_len))`, pooled by slicing (get_position_embeds,
-    # written so the sizes stay static for export; guard Eq(seq, 7)): one program per length.
-    return _sequence(name, value)
-
-
-@register_static_dims(
-    "dynamo",
-    "transformers.models.deepseek_v4.modeling_deepseek_v4.DeepseekV4HCACompressor",
-    "transformers.models.deepseek_v4.modeling_deepseek_v4.DeepseekV4CSACompressor",
-)
-def _static_sequence_of_deepseek_v4_compression_windows(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # deepseek_v4: without a cache the compressors keep `(seq // compress_rate) * compress_rate` tokens, view them as
-    # windows and branch on `chunk_kv.shape[1] > 0`; the trace pins the window count and the remainder (guards
-    # Eq(seq // 4, 1), Ne(seq % 4, 0): "accepts only size 7" at the second shape): one program per length.
-    return _sequence(name, value)
-
-
-def _sequence(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    return (1,) if name in _SEQUENCE_INPUTS and value.dim() >= 2 else ()
-
-
-_SEQUENCE_INPUTS = ("input_ids", "attention_mask", "inputs_embeds", "input_features", "input_features_mask")
-
-
-@register_static_dims(
-    "dynamo",
-    "transformers.models.parakeet.modeling_parakeet.ParakeetRNNTDecoder",
-    "transformers.models.nemotron_asr_streaming.modeling_nemotron_asr_streaming.NemotronAsrStreamingRNNTDecoder",
-    "transformers.models.nemotron3_5_asr.modeling_nemotron3_5_asr.Nemotron3_5AsrRNNTDecoder",
-)
-def _static_tokens_of_lstm_prediction_networks(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # parakeet (RNN-T, TDT), nemotron_asr_streaming, nemotron3_5_asr: the prediction network is an nn.LSTM over
-    # decoder_input_ids, which the trace unrolls token by token (the second shape failed, "accepts only size 7");
-    # decoding feeds one token at a time anyway: one program per token count.
-    return (1,) if name == "decoder_input_ids" and value.dim() == 2 else ()
-
-
-@register_static_dims("dynamo", "transformers.models.blt.modeling_blt.BltModel")
-def _static_sequence_of_entropy_patching(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # blt: byte patches are cut where the patcher's entropies pass a threshold and sized by .item() (BltPatcher,
-    # process_patch_lengths); the trace pins the sequence ("accepts only size 7" at the second shape): one program
-    # per length.
-    return _sequence(name, value)
-
-
-@register_static_dims("dynamo", "transformers.models.xcodec.modeling_xcodec.XcodecModel")
-def _static_audio_length_of_frame_count_branch(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # xcodec: encode pads the waveform or not by a Python comparison of the acoustic and semantic frame counts
-    # (`_get_conv1d_output_lengths(...) != e_semantic.shape[2]`), an equation torch's dim solver cannot solve
-    # (NotImplementedError on ((s2/40)//8)): one program per audio length.
-    return (2,) if name == "input_values" and value.dim() == 3 else ()
-
-
-@register_static_dims(
-    "dynamo",
-    "transformers.models.hunyuan_vl.modeling_hunyuan_vl.HunYuanVLVisionTransformer",
-    "transformers.models.lfm3_vl.modeling_lfm3_vl.Lfm3VlVisionModel",
-)
-def _static_image_count_of_towers_looping_over_images(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # hunyuan_vl, lfm3_vl vision towers: they walk grid_thw.tolist() image by image in Python (patch merging, windowed
-    # blocks), so the trace unrolls one pass per image: one program per image count. The tower's own input only: the
-    # VLMs around them (image_grid_thw) build one image per sample and kept passing at three.
-    return (0,) if name == "grid_thw" else ()
-
-
-@register_static_dims(
-    "dynamo",
-    "transformers.models.lfm2_vl.modeling_lfm2_vl.Lfm2VlModel",
-    "transformers.models.siglip2.modeling_siglip2.Siglip2VisionEmbeddings",
-    "transformers.models.pixtral.modeling_pixtral.PixtralVisionModel",
-)
-def _static_image_count_of_per_image_loops(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    # siglip2 (resize_positional_embeddings: `for i in range(batch_size)`, sizes from spatial_shapes[i].tolist()),
-    # lfm2_vl (get_image_features unpads and projects image by image), pixtral (PixtralVisionModel.forward crops and
-    # flattens `for embed, size in zip(patch_embeds, image_sizes)`): the trace unrolls one pass per image, so one
-    # program per image count.
-    return (0,) if name in ("pixel_values", "pixel_attention_mask", "spatial_shapes") else ()
-
-
-def _image_size(name: str, value: torch.Tensor) -> tuple[int, ...]:
-    """The height and width dims of a (batch, channels, height, width) ``pixel_values``."""
-    return (2, 3) if name == "pixel_values" and value.dim() == 4 else ()
-
-
-# ── Program fixes (stage 6) ──
-
-
-@register_fx_program_fix("dynamo")
-def _fix_parameter_mutation_recomputed_each_call(program: ExportedProgram) -> bool:
-    # rwkv (RwkvModel._rescale_layers): the first inference forward divides weights in place (div_); the program did
-    # it on every call (torch.export's module divided its weights again each time; ExecuTorch returned each weight as
-    # one more output). Out of place it divides the loaded weights each call: the weights eager's first call leaves.
-    parameters = set(program.graph_signature.inputs_to_parameters)
-    nodes, changed = list(program.graph.nodes), False
-    for position, node in enumerate(nodes):
-        parameter = node.args[0] if node.op == "call_function" and node.args else None
-        functional = _out_of_place(node.target)
-        if functional is None or getattr(parameter, "name", None) not in parameters:
-            continue
-        node.target = functional
-        for later in nodes[position + 1 :]:
-            later.replace_input_with(parameter, node)
-        changed = True
-    if changed:
-        program.graph_module.recompile()
-    return changed
-
-
-def _out_of_place(op: Any) -> Any:
-    """The out-of-place overload of an in-place aten op (``aten.div_.Tensor`` -> ``aten.div.Tensor``), else None."""
-    if not isinstance(op, OpOverload) or not op.overloadpacket.__name__.endswith("_"):
-        return None
-    packet = getattr(torch.ops.aten, op.overloadpacket.__name__[:-1], None)
-    return getattr(packet, op._overloadname, None)

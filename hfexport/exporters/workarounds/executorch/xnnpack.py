@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from ...torch_compat import PassResult, free_symbols
-from ..registry import register_fx_node_fix, register_lowering_swap, register_patch
-from .executorch import _call_with_value
+from ....torch_compat import PassResult, free_symbols
+from ...registry import register_fx_node_fix, register_lowering_swap, register_patch
+from .fixes import _call_with_value
 
 # ── Torch patches (stage 2) ──
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..registry import register_loading_swap
+from ...registry import register_loading_swap
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
 

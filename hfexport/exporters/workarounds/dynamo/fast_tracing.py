@@ -1,7 +1,7 @@
 """Tracing speed-ups (key ``"dynamo"``, stage 2 patches): installed around every backend's trace, changing no program.
 
 ExecuTorch installs the lazy GraphModules and the view shortcut around its lowering too, as lowering swaps
-(``fast_lowering.py``): its re-traces make most of its GraphModules and view its tensors again.
+(``executorch/fast_lowering.py``): its re-traces make most of its GraphModules and view its tensors again.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 import torch
 from torch.fx import GraphModule
 
-from ...torch_compat import (
+from ....torch_compat import (
     _LazyGraphModule,
     extract_shape_from_varargs,
     infer_size,
     make_contiguous_strides_for,
     statically_known_true,
 )
-from ..registry import register_patch
+from ...registry import register_patch
 
 GRAPH_MODULE_CONSTRUCTOR = "torch.fx.graph_module.GraphModule.__new__"
 RESHAPE_VIEW_HELPER = "torch._refs._reshape_view_helper"
