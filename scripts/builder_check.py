@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.diff:
         results, code = check_diff(args.root.resolve(), args.diff, args.shards, args.failed_only, args.timeout)
     else:
-        from coverage_sweep import set_classes
+        from coverage_selection import set_classes
 
         names = [n.strip() for n in args.models.split(",") if n.strip()] if args.models else set_classes(args.set)
         results, code = check_names(names, args.failed_only, args.timeout)

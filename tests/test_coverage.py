@@ -120,7 +120,7 @@ def test_cells_run_since_the_second_shape_are_counted_apart(tmp_path: Path) -> N
         data = report.new_report("hfexport", ["onnx"], {"mode": "models"}, {}, (1, 1), None)
         data.created_at = stamp
         data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "foo"]}
-        model_class = "OldModel" if stamp < sweep.SECOND_SHAPE_SINCE else "NewModel"
+        model_class = "OldModel" if stamp < load_script("coverage_doc").SECOND_SHAPE_SINCE else "NewModel"
         data.cells = [Cell("foo", model_class, "onnx", status=status, timings={"export": 1.0})]
         (results / f"{stamp.replace('-', '').replace(':', '')}-hfexport.json").write_text(views.to_json(data))
     text = sweep.render(results, tmp_path / "coverage.md")
@@ -151,7 +151,7 @@ def test_render_counts_a_shard_once_both_engines_ran_it(tmp_path: Path) -> None:
     text = sweep.render(results, tmp_path / "coverage.md")
     assert "(set `heads`, shards 1/2)" in text
     # The shard only hfexport ran is listed under it, with how many of the set's classes have a cell.
-    heads = len(sweep.set_classes("heads"))
+    heads = len(load_script("coverage_selection").set_classes("heads"))
     assert f"  - hfexport alone: set `heads`, shards 2/2: 1 of its {heads} classes run." in text
 
 
@@ -237,9 +237,8 @@ def test_render_counts_generation_where_the_gate_runs_it_and_decoder_lms_swept_w
 @pytest.mark.slow
 def test_representative_set_hfexport_at_least_transformers_exporters(tmp_path: Path) -> None:
     sweep = load_script("coverage_sweep")
-    paths = sweep.run_sweep(
-        sweep.representative_classes(), list(sweep.BACKENDS), list(sweep.ENGINES), tmp_path, "representative", jobs=2
-    )
+    classes = load_script("coverage_selection").representative_classes()
+    paths = sweep.run_sweep(classes, list(sweep.BACKENDS), list(sweep.ENGINES), tmp_path, "representative", jobs=2)
     cells = _cells(paths)
     for backend in sweep.BACKENDS:
         ours = sum(c["status"] == "pass" for (e, _, b), c in cells.items() if e == "hfexport" and b == backend)
