@@ -35,7 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import compat_check
+import compat_checkouts
+import compat_environments
 
 
 def run_gate(
@@ -76,9 +77,9 @@ def profile(report: dict[str, Any]) -> list[str]:
 def release_diff(args: argparse.Namespace, root: Path) -> None:
     """One shard of the diff between two releases, timed, and the pace of a ``--matrix`` split."""
     first, _, second = args.diff.partition("..")
-    checkout = compat_check.make_checkout(first, root / "transformers", args.wheel_dir)
-    base = compat_check.git(checkout, "rev-parse", "HEAD")
-    compat_check.overlay_release(checkout, second, args.wheel_dir)
+    checkout = compat_checkouts.make_checkout(first, root / "transformers", args.wheel_dir)
+    base = compat_checkouts.git(checkout, "rev-parse", "HEAD")
+    compat_checkouts.overlay_release(checkout, second, args.wheel_dir)
     seconds, report = run_gate(checkout, base, root / "cache", root / "report", args.jobs, args.backends, args.shard)
     index, count = (int(part) for part in args.shard.split("/"))
     print(f"transformers {first} -> {second}, shard {index}/{count}: {len(report['cells'])} cells in {seconds:.1f} s")
@@ -88,15 +89,15 @@ def release_diff(args: argparse.Namespace, root: Path) -> None:
 
 
 def pull_request(args: argparse.Namespace, root: Path) -> None:
-    checkout = compat_check.make_checkout(args.version, root / "transformers", args.wheel_dir)
-    base = compat_check.git(checkout, "rev-parse", "HEAD")  # the pull request's base: the release
-    compat_check.touch_model(checkout, args.model)
+    checkout = compat_checkouts.make_checkout(args.version, root / "transformers", args.wheel_dir)
+    base = compat_checkouts.git(checkout, "rev-parse", "HEAD")  # the pull request's base: the release
+    compat_checkouts.touch_model(checkout, args.model)
     runs = []
     for name in ("fresh", "again", "partial"):
         if name == "partial":
             with (checkout / args.partial).open("a") as touched:
                 touched.write("\n_bench_pr_touched = True\n")  # code: a comment selects nothing
-            compat_check.git(checkout, "commit", "-qam", "touch a file some classes import")
+            compat_checkouts.git(checkout, "commit", "-qam", "touch a file some classes import")
         seconds, report = run_gate(
             checkout, base, root / "cache", root / name, args.jobs, args.backends, health=args.health
         )
@@ -112,7 +113,7 @@ def pull_request(args: argparse.Namespace, root: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", default=compat_check.pinned_version())
+    parser.add_argument("--version", default=compat_environments.pinned_version())
     parser.add_argument("--model", default="gemma3", help="the model type the pull request touches")
     parser.add_argument("--partial", default="src/transformers/models/siglip/modeling_siglip.py")
     parser.add_argument("--diff", metavar="FROM..TO", help="a release diff instead of a one-model pull request")
@@ -123,7 +124,7 @@ def main() -> None:
     parser.add_argument(
         "--no-health", dest="health", action="store_false", help="check --no-health: passing cells not run at base"
     )
-    parser.add_argument("--wheel-dir", type=Path, default=compat_check.DEFAULT_WHEEL_DIR)
+    parser.add_argument("--wheel-dir", type=Path, default=compat_checkouts.DEFAULT_WHEEL_DIR)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hfexport-bench-pr-") as scratch:
         (release_diff if args.diff else pull_request)(args, Path(scratch))

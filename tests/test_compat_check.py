@@ -228,7 +228,7 @@ def test_torch_axis_renders_its_own_part_and_keeps_the_other(tmp_path: Path) -> 
     text = compat.render(tmp_path / "torches", doc)  # no release results there: the releases' part stays as it was
     assert text.startswith(releases) and text == doc.read_text()
     torch_part = text.removeprefix(releases)
-    assert torch_part.startswith(compat.TORCH_PART + "\n## torch releases\n")
+    assert torch_part.startswith(load_script("compat_doc").TORCH_PART + "\n## torch releases\n")
     assert (
         "| torch | transformers | backend | passed | failed | tool errors | not checked | gate exit | gate s |" in text
     )
@@ -242,12 +242,12 @@ def test_torch_axis_renders_its_own_part_and_keeps_the_other(tmp_path: Path) -> 
 
 
 def test_torch_axis_environments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    compat = load_script("compat_check")
-    pinned = compat.pinned_set_with_torch("2.15.0")
+    compat, environments = load_script("compat_check"), load_script("compat_environments")
+    pinned = environments.pinned_set_with_torch("2.15.0")
     assert [line for line in pinned.splitlines() if line.startswith("torch==")] == ["torch==2.15.0"]
     assert "transformers==" in pinned and "executorch==" in pinned  # the rest of the known-good set
-    installed = compat.running_torch()
-    assert compat.torch_python(installed, tmp_path) == sys.executable  # this Python's torch: nothing to build
+    installed = environments.running_torch()
+    assert environments.torch_python(installed, tmp_path) == sys.executable  # this Python's torch: nothing to build
     assert not any(tmp_path.iterdir())
     argv = ["run", "5.25.0", "--torch", "2.15,next", "--results", str(tmp_path)]
     with pytest.raises(SystemExit) as exited:
