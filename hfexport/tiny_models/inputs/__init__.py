@@ -4,7 +4,7 @@ Each builder makes one kind of input (token ids, images, flat patches, waveforms
 registered with ``@builds(stage, when=...)``: ``when`` is a predicate on the request (the model, its config, its
 forward parameters, the inputs built so far), the function returns the inputs it adds, and its name, less the
 leading underscore, is the kind it is registered under. ``sample_inputs`` walks the stages in the order of ``Stage``
-and, within a stage, the builders in the order they are registered (the order of their module: ``main`` holds the
+and, within a stage, the builders in the order they are registered (the order of their module: ``main_input`` holds the
 first two stages, ``required`` the third, ``finish`` the next two, ``precomputed`` the last):
 
 1. ``TEXT``: token ids, for every model whose main input is text or that reads text beside it.
@@ -31,7 +31,7 @@ from transformers import PreTrainedModel
 from ..tables import NEEDED_INPUTS
 
 # Importing the builder modules registers their builders.
-from . import finish, main, precomputed, required  # noqa: F401
+from . import finish, main_input, precomputed, required  # noqa: F401
 from .registry import BUILDERS, Request, Stage
 
 
