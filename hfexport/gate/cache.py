@@ -27,9 +27,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..exporters.dependencies import package_version
 from ..files import read_regular_file
 from .cells import CELL_KEYS
 from .schema import validate_cell
+from .worker_parent import hfexport_dir
 
 CACHE_SCHEMA = 1
 CACHED_STATUSES = frozenset({"pass", "fail", "not_checked"})
@@ -73,9 +75,6 @@ def code_fingerprint(package_dir: Path) -> str:
 def environment(root: Path | None, engine: str) -> dict[str, Any]:
     """What every result of a run depends on besides the transformers files a job reads: computed by the parent
     without importing torch, so a run whose cells are all cached starts no job worker at all."""
-    from ..exporters.dependencies import package_version
-    from .worker_parent import hfexport_dir
-
     packages = ("torch", "transformers", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "executorch")
     return {
         "python": sys.version.split()[0],
@@ -109,7 +108,7 @@ def imported_sources(
     """The transformers source files a job depended on, as ``checkout:<path>`` or ``site:<path>``: those reachable from
     ``start`` (the model's and its config's modules) and from the modules the job itself imported, and the checkout's
     test files its tiny config was read from (a ModelTester, imported and dropped again: ``test_files``)."""
-    import transformers
+    import transformers  # deliberately here: the parent, which imports this module, never imports transformers
 
     roots = [("checkout", checkout.resolve())] if checkout is not None else []
     roots.append(("site", Path(transformers.__file__).resolve().parent.parent))

@@ -35,7 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hfexport
+
 from ..files import read_regular_file
+from .cache import MAX_ENTRY_BYTES
+from .worker_parent import transformers_dir
 
 MAP_SCHEMA = 1
 MAP_KIND = "hfexport-impact-map"
@@ -297,10 +301,6 @@ def _parse_record(record: Any) -> ClassRecord:
 
 def expected_versions(code: Path | None) -> dict[str, str | None]:
     """The versions a map must have been built with for a run on ``code`` (a checkout, or None: installed)."""
-    import hfexport
-
-    from .worker_parent import transformers_dir
-
     package = transformers_dir(code)
     version = None
     if package is not None:
@@ -349,8 +349,6 @@ def merge_files(paths: list[Path]) -> ImpactMap:
 
 def _cache_entries(cache_dir: Path) -> Iterable[Any]:
     """Every result cache entry that reads as JSON (``ResultCache`` removes the broken ones when it meets them)."""
-    from .cache import MAX_ENTRY_BYTES
-
     for path in cache_dir.glob("*/*.json"):
         try:
             data = read_regular_file(path, MAX_ENTRY_BYTES)

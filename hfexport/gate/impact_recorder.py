@@ -21,6 +21,8 @@ from pathlib import Path
 from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
+import torch
+import transformers
 from slipcover.bytecode import (
     Editor,
     ExceptionTableEntry,
@@ -144,8 +146,6 @@ class _EntryEditor(Editor):
 
 
 def _probe_adding_to(executed: set[int]) -> Callable[[int], None]:
-    import torch
-
     def probe(number: int) -> None:
         executed.add(number)
 
@@ -159,8 +159,6 @@ def _is_transformers(name: str) -> bool:
 
 def _package_parents(root: Path | None) -> list[Path]:
     """Where ``transformers/`` lies: the checkout's ``src`` and the installed package's parent."""
-    import transformers
-
     parents = [root.resolve() / "src"] if root is not None else []
     return [*parents, Path(transformers.__file__).resolve().parent.parent]
 

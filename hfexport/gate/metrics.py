@@ -18,6 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ..exporters import ExportedModel
+
 # Latency at the traced shape: a few warm-up calls (first-call allocations, lazy initializations), then the median of
 # up to LATENCY_CALLS calls or of those that fit in LATENCY_SECONDS (a larger model gets fewer, never under 3).
 WARMUP_CALLS = 2
@@ -66,7 +70,7 @@ def _dynamo_ops(program: Any) -> tuple[dict[str, int], dict[str, int]]:
 def _onnx_ops(program: Any) -> tuple[dict[str, int], dict[str, int]]:
     """The nodes of an ONNX model, those of its subgraphs (``If``, ``Loop`` bodies) included, and the bytes of their
     metadata (torch.onnx's stack traces, module scopes and FX names)."""
-    from onnx_ir.traversal import RecursiveGraphIterator
+    from onnx_ir.traversal import RecursiveGraphIterator  # optional dependency (the onnx extra)
 
     nodes = list(RecursiveGraphIterator(program.graph))
     metadata = sum(len(key) + len(value) for n in nodes for key, value in n.metadata_props.items())
@@ -77,10 +81,11 @@ def _onnx_ops(program: Any) -> tuple[dict[str, int], dict[str, int]]:
 def _executorch_ops(program: Any) -> tuple[dict[str, int], dict[str, int]]:
     """The instructions of a ``.pte``'s plans by operator (a delegate call counts as its backend), its delegated
     partitions and the bytes planned for its activations."""
-    # The .pte's flatbuffer schema has no public reader; executorch's own serializer reads it back.
+    # Optional dependency (the executorch extra). The .pte's flatbuffer schema has no public reader; executorch's own
+    # serializer reads it back.
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    from hfexport.exporters.exporter_executorch import program_bytes
+    from ..exporters.exporter_executorch import program_bytes
 
     ops: collections.Counter[str] = collections.Counter()
     extra = {"partitions": 0, "planned_bytes": 0}
@@ -118,8 +123,6 @@ def median_latency_ms(program: Callable[..., Any], inputs: dict[str, Any]) -> fl
 
 def _timed_ms(program: Callable[..., Any], inputs: dict[str, Any]) -> float:
     """One call's milliseconds, on a fresh copy of the inputs (a program may update a cache in place), copy untimed."""
-    import torch
-
     fresh = copy.deepcopy(inputs)
     with torch.no_grad():
         started = time.perf_counter()
@@ -129,8 +132,6 @@ def _timed_ms(program: Callable[..., Any], inputs: dict[str, Any]) -> float:
 
 def keep_program(folder: Path, inputs: dict[str, Any], destination: Path) -> None:
     """Leave the saved export and its inputs at ``destination`` for the base run of this cell to time against."""
-    import torch
-
     if destination.exists():
         shutil.rmtree(destination)
     shutil.copytree(folder, destination)
@@ -140,10 +141,6 @@ def keep_program(folder: Path, inputs: dict[str, Any], destination: Path) -> Non
 def paired_latency(base: Any, base_inputs: dict[str, Any], head_folder: Path) -> dict[str, Any]:
     """The head's kept program and this base program timed in one process, interleaved: ``head_ms`` and ``base_ms``
     (medians of every call) and their ``ratio``; ``{"error": ...}`` when the head's program cannot run here."""
-    import torch
-
-    from hfexport.exporters import ExportedModel
-
     try:
         # Saved by this run's own head job: its pickled parts are the gate's own.
         head = ExportedModel.from_pretrained(head_folder, trust_remote_code=True)

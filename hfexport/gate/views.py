@@ -14,6 +14,8 @@ from typing import Any
 from . import health
 from .causes import Cause, group, hint
 from .cells import Annotation, Cell, disabled_features
+from .escaping import repository_url
+from .markdown import JOB_SUMMARY_CHARS, render_markdown
 from .report import Report, counts_text
 
 
@@ -175,9 +177,6 @@ def _failure_annotation(cause: Cause) -> Annotation:
 def write_reports(report: Report, report_dir: Path, details_url: str | None = None) -> dict[str, Path]:
     """report.json, report.md (the PR comment), junit.xml, and the job summary when ``$GITHUB_STEP_SUMMARY`` is set;
     cause lines link to ``$GITHUB_SERVER_URL/$GITHUB_REPOSITORY`` at the head commit when those are set."""
-    from .escaping import repository_url
-    from .markdown import JOB_SUMMARY_CHARS, render_markdown
-
     report_dir.mkdir(parents=True, exist_ok=True)
     repository = repository_url(os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY"))
     markdown = render_markdown(report, details_url=details_url, repository=repository)

@@ -22,6 +22,9 @@ from ..gate.report import Report
 from ..gate.schema import SHA
 from .event import EventError, event_pr, read_event
 
+# PyGithub (the optional github extra) and requests, its dependency, are imported inside the functions that use them:
+# every other command runs without them.
+
 DEFAULT_API_URL = "https://api.github.com"
 TOKEN_VARIABLES = ("HFEXPORT_GITHUB_TOKEN", "GITHUB_TOKEN", "GH_TOKEN")
 BODY_LIMIT = 65000  # GitHub rejects comment bodies over 65,536 characters; keep a margin
