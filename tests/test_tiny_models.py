@@ -1041,3 +1041,15 @@ def test_kosmos2_5_vision_tower_reads_flattened_patches() -> None:
     assert inputs["flattened_patches"].shape[:2] == (2, 16)
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape[:2] == (2, 16)
+
+
+@pytest.mark.parametrize(
+    ("module", "name"), [("moonshine_streaming", "MoonshineStreamingDecoder"), ("cohere_asr", "CohereAsrDecoder")]
+)
+def test_a_speech_decoder_built_alone_cross_attends_to_its_encoders_states(module: str, name: str) -> None:
+    # Was "'NoneType' object has no attribute 'shape'": no encoder states, which it projects from the encoder's width.
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    assert inputs["encoder_hidden_states"].shape == (2, 7, model.config.encoder_config.hidden_size)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape == (2, 7, model.config.hidden_size)

@@ -216,6 +216,9 @@ def _embedding_width(config: PretrainedConfig, name: str) -> int:
     # A cross-attending model (the Q-Former) says how wide its encoder's states are: encoder_hidden_size.
     if name.endswith("_hidden_states") and hasattr(config, name.replace("_hidden_states", "_hidden_size")):
         return getattr(config, name.replace("_hidden_states", "_hidden_size"))
+    if name == "encoder_hidden_states" and isinstance(getattr(config, "encoder_config", None), PretrainedConfig):
+        # Speech decoders built alone (MoonshineStreamingDecoder) project their encoder's states to their own width.
+        return config.encoder_config.hidden_size
     if name == "context_hidden_states" and hasattr(config, "target_layer_ids"):
         # Drafters (DFlash) read the target model's hidden states of several layers, concatenated.
         return len(config.target_layer_ids) * config.hidden_size

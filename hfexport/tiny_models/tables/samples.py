@@ -59,6 +59,7 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     # Decoders of encoder-decoder models, built alone (sub-module classes the gate selects): they cross-attend.
     "t5_gemma_module": ("encoder_hidden_states",),
     "t5gemma2_decoder": ("encoder_hidden_states",),
+    **dict.fromkeys(("moonshine_streaming", "cohere_asr"), ("encoder_hidden_states",)),
     # The question-answering head decodes its answer: without decoder ids (or labels) it raises.
     "blip": ("decoder_input_ids",),
     # Without a retriever (a dataset index), RAG reads the retrieved passages and their scores.
