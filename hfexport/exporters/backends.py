@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .dependencies import MissingDependencyError
+
 _BACKENDS: dict[str, tuple[Any, Any]] = {
     "dynamo": ("hfexport.exporters.exporter_dynamo:DynamoExporter", "hfexport.exporters.runner_dynamo:DynamoRunner"),
     "onnx": ("hfexport.exporters.exporter_onnx:OnnxExporter", "hfexport.exporters.runner_onnx:OnnxRunner"),
@@ -54,7 +56,6 @@ def get_runner_class(export_format: str) -> type:
 
 def import_backend_modules(only: str | None = None) -> list[str]:
     """Import exporter modules so their registries are populated; return why a backend could not be loaded."""
-    from .dependencies import MissingDependencyError
 
     problems = []
     for export_format in available_formats():

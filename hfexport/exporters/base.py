@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
+# Imports inside this module's functions are deliberate: ``hfexport.exporters`` loads it in the gate's parent process,
+# which imports no torch or transformers (nor ``pytree``, ``generation`` or ``torch_compat``'s names, which do) and no
+# hub client until an export, a load or a hub call needs them.
+
 # 2: workarounds.patches and .unresolved hold {"name", "key", "target"} records (1: "name -> path" strings).
 EXPORT_SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)

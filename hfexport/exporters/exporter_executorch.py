@@ -37,6 +37,7 @@ from executorch.exir import (  # noqa: E402
     ExecutorchProgramManager,
     to_edge_transform_and_lower,
 )
+from executorch.exir.sym_util import eval_upper_bound  # noqa: E402
 from torch.export import ExportedProgram  # noqa: E402
 
 from ..torch_compat import OpOverload, ValueRanges, pytree  # noqa: E402
@@ -277,6 +278,7 @@ def prepare_for_cuda(model: torch.nn.Module, sample_inputs: dict[str, Any]) -> t
             "the ExecuTorch 'cuda' backend compiles kernels for a visible GPU and this machine has none "
             "(torch.cuda.is_available() is False); use backend='xnnpack' or 'portable' on CPU"
         )
+    # Optional: the CUDA backend's modules need its toolchain; only backend="cuda" imports them.
     from executorch.backends.cuda.cuda_backend import CudaBackend
     from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
 
@@ -339,6 +341,7 @@ class _UnfilteredXnnpackPartitioner(XnnpackPartitioner):
 
 @functools.cache
 def _portable_kernel_names() -> frozenset[str]:
+    # Loads the runtime's native library: only when the kernel list is asked for, not with the exporter.
     from executorch.runtime import Runtime
 
     return frozenset(name.split(".")[0] for name in Runtime.get().operator_registry.operator_names)
@@ -367,7 +370,6 @@ def delegate_count(program: ExecutorchProgramManager | Any) -> int:
 def peak_activation_bytes(program: ExportedProgram) -> int:
     """The most bytes a traced program's intermediate tensors hold at once, each at its upper-bound size, each freed
     after its last use (0 when a size has no upper bound)."""
-    from executorch.exir.sym_util import eval_upper_bound
 
     def upper_bound(size: int | torch.SymInt) -> int | None:
         try:

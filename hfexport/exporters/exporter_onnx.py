@@ -30,6 +30,7 @@ import onnx  # noqa: E402
 import onnx_ir as ir  # noqa: E402
 import torch  # noqa: E402
 
+from ..torch_compat import _ir_passes  # noqa: E402
 from .errors import ExportStageError, export_stage  # noqa: E402
 from .exporter_dynamo import DynamoConfig, DynamoExporter  # noqa: E402
 from .registry import (  # noqa: E402
@@ -254,7 +255,6 @@ def _axis_name(input_name: str, axis: int) -> str:
 
 def _name_dynamic_axes(model: ir.Model, input_names: list[str]) -> None:
     """Rename torch's ``s72``-style symbols after the input axes they stand for, everywhere they appear."""
-    from ..torch_compat import _ir_passes
 
     mapping: dict[str, str] = {}
     for value in model.graph.inputs:

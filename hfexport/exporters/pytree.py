@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from transformers import Cache, PretrainedConfig
 
 from .. import compat
 from ..model_keyed import CACHE_TYPE, declare
@@ -33,8 +34,6 @@ def _class_from_path(path: str) -> type:
 def _is_walkable_object(value: Any) -> bool:
     # Hybrid models (qwen3_next, bailing_hybrid, jamba, ...) keep conv/recurrent states in linear-attention layers,
     # which do not derive from CacheLayerMixin; an older transformers may lack some of these layer kinds.
-    from transformers import Cache
-
     return isinstance(value, (Cache, *compat.loaded_internal_types(*_CACHE_LAYER_TYPES, *_OTHER_CACHE_TYPES)))
 
 
@@ -59,7 +58,6 @@ _OTHER_CACHE_TYPES = declare(
 
 def _flatten_to_context(value: Any, leaves: list[torch.Tensor]) -> Any:
     """Append the tensors of ``value`` to ``leaves``; return a JSON-able context that rebuilds everything else."""
-    from transformers import PretrainedConfig
 
     if isinstance(value, torch.Tensor):
         leaves.append(value)
@@ -184,7 +182,6 @@ def _subclasses(cls: type) -> Iterator[type]:
 def register_cache_types() -> list[str]:
     """Register every ``Cache`` subclass loaded so far (model-specific ones too, once their module is imported), and
     the caches outside ``Cache`` of ``_OTHER_CACHE_TYPES``."""
-    from transformers import Cache
 
     classes = [Cache, *_subclasses(Cache), *compat.loaded_internal_types(*_OTHER_CACHE_TYPES)]
     for cls in classes:
@@ -194,7 +191,6 @@ def register_cache_types() -> list[str]:
 
 def ensure_pytree_types(type_paths: list[str]) -> None:
     """Before loading a saved program: import and register every type its input/output specs name."""
-    from transformers import Cache
 
     for path in type_paths:
         # ModelOutput subclasses register themselves with pytree when their class is created: importing is enough

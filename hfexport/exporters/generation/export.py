@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import Cache, EncoderDecoderCache
+from torch.export import Dim
+from transformers import Cache, EncoderDecoderCache, GenerationConfig
 
 from .cache import CacheLayerMixin, layout_from_cache
 from .components import DecoderPrefill, DecoderStep, Seq2SeqDecoderStep, Seq2SeqEncoder
@@ -93,8 +94,6 @@ _IGNORED_SETTINGS = (
 
 
 def _warn_ignored_settings(model: PreTrainedModel) -> None:
-    from transformers import GenerationConfig
-
     generation_config = getattr(model, "generation_config", None)
     if generation_config is None:
         return
@@ -121,7 +120,6 @@ def _dynamic_shapes(
 ) -> dict[str, Any] | None:
     """Dynamic batch (dim 0 of every tensor) and dynamic dim 1 of the inputs named in ``sequence`` (up to its
     value); every other dimension static. ``None`` for a static export."""
-    from torch.export import Dim
 
     if not config.dynamic:
         return None
@@ -327,7 +325,6 @@ def _decoder_record(
 def _static_decode_shapes(config: Any, inputs: dict[str, Any], max_cache_len: int) -> dict[str, Any]:
     """The decode step's mask grows by one token a step: its length is dynamic (up to the cache), whether or not the
     export is; the batch is dynamic as ``_dynamic_shapes`` makes it."""
-    from torch.export import Dim
 
     shapes = _dynamic_shapes(config, inputs) or dict.fromkeys(inputs)
     # Eager pads the mask to the cache's length (a pad of at least one): the last slot stays unused.

@@ -13,9 +13,24 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from executorch.exir.backend import backend_api
+from executorch.exir.passes import MemoryFormatOpsPass
+from executorch.exir.passes.dim_order_ops_registry import DimOrderOpsMap
+from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
+from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
+from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import ReplaceBrokenOpsWithFunctionalOpsPass
+from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
+from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
 from torch.export import ExportedProgram
 
-from ....torch_compat import OpOverload, PassBase, PassResult
+from ....torch_compat import (
+    _NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS,
+    OpOverload,
+    PassBase,
+    PassResult,
+    get_view_copy_of_view_op,
+    legalize_graph,
+)
 from ...registry import register_lowering_swap
 from ..dynamo.fast_tracing import (
     GRAPH_MODULE_CONSTRUCTOR,
@@ -81,11 +96,6 @@ def _operator_passes_fused(passes: list) -> list:
     """``passes`` with the operator-only ones run as one ExportPass whose ``call_operator`` chains theirs in list order
     (an operator one rewrites reaches the next as the next would see it in its own re-trace); the rest keep their place.
     """
-    from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
-    from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
-    from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import ReplaceBrokenOpsWithFunctionalOpsPass
-    from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
-    from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
 
     # Each overrides only call_operator (ScalarToTensorPass's call only resets its flag): read in executorch 1.5.
     operator_only = (
@@ -119,8 +129,6 @@ class _ViewCopiesInPlace(PassBase):
     does while it re-traces; node values are left for the next re-trace to recompute."""
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        from ....torch_compat import _NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS, get_view_copy_of_view_op
-
         for module in graph_module.modules():
             if not isinstance(module, torch.fx.GraphModule):
                 continue
@@ -137,8 +145,6 @@ def _patch_dim_orders_in_op_replace_retrace(original: Callable) -> Callable:
     # Renaming aten ops to edge ops and memory formats to dim orders are two whole-program re-traces (0.4 s each on
     # gemma3's text model), one right after the other: one re-trace chains both, in the same order.
     # (EdgeCompileConfig._skip_dim_order stays False in our lowering, so the dim-order rename always runs there.)
-    from executorch.exir.passes import MemoryFormatOpsPass
-
     return type("OpReplaceAndDimOrderPass", (original, MemoryFormatOpsPass), {})
 
 
@@ -146,8 +152,6 @@ def _patch_dim_orders_in_op_replace_retrace(original: Callable) -> Callable:
 def _patch_idle_dim_order_rename_skipped(original: Callable) -> Callable:
     # The memory-format rename re-traces the program even when no op takes a memory format any more (the op-replace
     # re-trace renamed them all): then it returns the program as it is.
-    from executorch.exir.passes.dim_order_ops_registry import DimOrderOpsMap
-
     def takes_memory_format(self: Any, node: torch.fx.Node) -> bool:
         return node.op == "call_function" and node.target in DimOrderOpsMap
 
@@ -170,10 +174,6 @@ def _retraced_only_if(needs: Callable[[Any, torch.fx.Node], bool], call: Callabl
 def _patch_partitions_sorted_once(original: Callable) -> Callable:
     # Each delegate partition re-sorts the whole program (legalize_graph copies every node and recompiles), O(partitions
     # x nodes): 350 of SeamlessM4T speech's 615 profiled lowering seconds (451 partitions). Sort once, after the last.
-    from executorch.exir.backend import backend_api
-
-    from ....torch_compat import legalize_graph
-
     def create_partitions(graph_module: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> dict[str, list]:
         create_submodule = backend_api.create_submodule_from_nodes
         backend_api.create_submodule_from_nodes = functools.partial(create_submodule, skip_legalize_graph=True)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram
 
 from ....torch_compat import PassResult, free_symbols
@@ -321,8 +322,6 @@ def _needed_passes(passes: list[type], graph: torch.fx.Graph) -> list[type]:
 def _patch_copy_removal_idle_without_copies(original: Callable) -> Callable:
     # XNNPACK's last preprocess pass re-traces each partition to drop redundant _to_copy pairs, also when the partition
     # has none (ChannelsLastTaggedReshapePass, just before, inserts them around NHWC ops): then it is skipped.
-    from executorch.exir.dialects._ops import ops as exir_ops
-
     def call(self: Any, graph_module: torch.fx.GraphModule) -> Any:
         if graph_module.graph.find_nodes(op="call_function", target=exir_ops.edge.aten._to_copy.default):
             return original(self, graph_module)

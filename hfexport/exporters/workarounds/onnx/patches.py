@@ -14,9 +14,19 @@ from typing import Any
 
 import onnx_ir as ir
 import torch
+from onnxscript.rewriter.rules.common import _no_op
 from torch.export import ExportedProgram
 
-from ....torch_compat import HigherOrderOperator, OpOverload
+from ....torch_compat import (
+    HigherOrderOperator,
+    OpOverload,
+    TypePromotionTable,
+    _decomp,
+    _is_cia_op,
+    _is_preservable_cia_op,
+    from_scalar_type_to_torch_dtype,
+    get_type_promotion_rule,
+)
 from ...errors import export_stage
 from ...registry import (
     apply_node_fixes,
@@ -62,8 +72,6 @@ def _patch_refix_after_decompositions(original: Callable[..., ExportedProgram]) 
 def _patch_optimizer_keeps_small_constants(original: tuple) -> tuple:
     # muse_spark, muse_glimmer (RMSNorm eps 1e-8 on expert outputs): onnxscript 0.7.2's no-op rules match constants
     # within abs_tol 1e-8 of 0 or 1, so `x + 1e-8` is removed as `x + 0` (8e-4 .. 1.8e-2 off): leave those rules out.
-    from onnxscript.rewriter.rules.common import _no_op
-
     approximate = {id(rule) for rule in _no_op.rules.rules}
     approximate -= {id(_no_op.dropout_zero_rule), id(_no_op.dropout_inference_rule)}
     return tuple(rule for rule in original if id(rule) not in approximate)
@@ -153,8 +161,6 @@ def _patch_decomposition_only_when_needed(original: Callable) -> Callable:
     # export) also when the re-trace would change nothing: no op of its table, no mutation, no composite op it would
     # break up that torchlib does not translate. Such a program is translated as it is.
     def decompose_with_registry(exported_program: ExportedProgram, registry: Any) -> ExportedProgram:
-        from ....torch_compat import _decomp
-
         table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
         targets = {node.target for node in program_nodes(exported_program.graph_module) if node.op == "call_function"}
         if any(_changed_by_decomposition(target, table, registry) for target in targets):
@@ -165,8 +171,6 @@ def _patch_decomposition_only_when_needed(original: Callable) -> Callable:
 
 
 def _changed_by_decomposition(target: Any, table: dict, registry: Any) -> bool:
-    from ....torch_compat import _is_cia_op, _is_preservable_cia_op
-
     if isinstance(target, HigherOrderOperator):
         return True
     if not isinstance(target, OpOverload):
@@ -190,7 +194,6 @@ def _patch_type_promotion_only_when_needed(original: Callable) -> Callable:
 
 def _needs_promotion(node: torch.fx.Node) -> bool:
     """Whether torch.onnx's type promotion would cast an input of ``node``; True where the traced values cannot say."""
-    from ....torch_compat import get_type_promotion_rule
 
     rule = get_type_promotion_rule(node, _type_promotion_table()) if node.op == "call_function" else None
     if rule is None:
@@ -210,8 +213,6 @@ def _needs_promotion(node: torch.fx.Node) -> bool:
 
 
 def _other_dtype(value: Any, dtype: torch.dtype, unknown: object) -> bool:
-    from ....torch_compat import from_scalar_type_to_torch_dtype
-
     if isinstance(value, list | tuple):
         return any(_other_dtype(item, dtype, unknown) for item in value)
     if isinstance(value, torch.Tensor):
@@ -222,6 +223,4 @@ def _other_dtype(value: Any, dtype: torch.dtype, unknown: object) -> bool:
 
 @functools.cache
 def _type_promotion_table() -> Any:
-    from ....torch_compat import TypePromotionTable
-
     return TypePromotionTable()
