@@ -11,15 +11,31 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.export import ExportedProgram
 
 from ..torch_compat import pytree
 
-if TYPE_CHECKING:  # type hints only: exporter_dynamo imports this module
-    from .exporter_dynamo import DynamoConfig, DynamoExporter
+
+class TraceConfig(Protocol):
+    """What a shared trace compares of an export's config (a ``DynamoConfig`` or a subclass's)."""
+
+    dynamic: bool
+    dynamic_shapes: Any
+    strict: bool
+
+
+class Tracer(Protocol):
+    """What a shared trace reads of an exporter (``DynamoExporter`` or a subclass), named here so that this module
+    does not import exporter_dynamo, which imports it."""
+
+    export_format: str
+
+    def workaround_keys(self, config: Any) -> tuple[str, ...]: ...
+
+    def dynamic_upper_bound(self, config: Any) -> int | None: ...
 
 
 @dataclasses.dataclass
@@ -43,15 +59,15 @@ class SharedTrace:
     reached: frozenset[tuple[str, str]] = frozenset()  # (key, name) of the watched workarounds the trace reached
 
     @classmethod
-    def for_exports(cls, *exports: tuple[DynamoExporter, DynamoConfig]) -> SharedTrace:
+    def for_exports(cls, *exports: tuple[Tracer, TraceConfig]) -> SharedTrace:
         """An empty trace that watches the keys of these (exporter, config) pairs: the exports meant to reuse it."""
         keys = (key for exporter, config in exports for key in exporter.workaround_keys(config))
         return cls(tuple(dict.fromkeys(keys)))
 
     def keep(
         self,
-        exporter: DynamoExporter,
-        config: DynamoConfig,
+        exporter: Tracer,
+        config: TraceConfig,
         sample_inputs: dict[str, Any],
         program: ExportedProgram,
         metadata: dict[str, Any],
@@ -62,7 +78,7 @@ class SharedTrace:
         self.options = _trace_options(exporter, config)
         self.inputs, self.reached = copy.deepcopy(sample_inputs), frozenset(reached)
 
-    def refusal(self, exporter: DynamoExporter, config: DynamoConfig, sample_inputs: dict[str, Any]) -> str | None:
+    def refusal(self, exporter: Tracer, config: TraceConfig, sample_inputs: dict[str, Any]) -> str | None:
         """Why this export cannot reuse the trace, or None when the trace is the one it would make."""
         keys = exporter.workaround_keys(config)
         own = set(keys) - set(self.keys)
@@ -80,7 +96,7 @@ class SharedTrace:
         return None
 
     def take(
-        self, exporter: DynamoExporter, config: DynamoConfig, sample_inputs: dict[str, Any]
+        self, exporter: Tracer, config: TraceConfig, sample_inputs: dict[str, Any]
     ) -> tuple[ExportedProgram, dict[str, Any]] | None:
         """A copy of the program and its metadata for this export, or None when it must trace its own."""
         if self.refusal(exporter, config, sample_inputs) is not None:
@@ -95,7 +111,7 @@ class SharedTrace:
         return _copy_of(self.program), metadata
 
 
-def _trace_options(exporter: DynamoExporter, config: DynamoConfig) -> tuple[Any, ...]:
+def _trace_options(exporter: Tracer, config: TraceConfig) -> tuple[Any, ...]:
     automatic = config.dynamic and config.dynamic_shapes is None
     bound = exporter.dynamic_upper_bound(config) if automatic else None
     return (config.dynamic, repr(config.dynamic_shapes), config.strict, bound)
