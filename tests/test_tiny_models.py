@@ -1053,3 +1053,14 @@ def test_a_speech_decoder_built_alone_cross_attends_to_its_encoders_states(modul
     assert inputs["encoder_hidden_states"].shape == (2, 7, model.config.encoder_config.hidden_size)
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape == (2, 7, model.config.hidden_size)
+
+
+def test_seamless_text_to_unit_model_reads_the_text_decoders_states() -> None:
+    # Was "You cannot pass input_ids to the encoder of the text_to_units model. Pass inputs_embeds instead."
+    from transformers.models.seamless_m4t.modeling_seamless_m4t import SeamlessM4TTextToUnitForConditionalGeneration
+
+    model = tiny_model(SeamlessM4TTextToUnitForConditionalGeneration)
+    inputs = sample_inputs(model)
+    assert "input_ids" not in inputs and inputs["inputs_embeds"].shape[:2] == (2, 7)
+    with torch.no_grad():
+        assert model(**inputs).logits.shape[0] == 2

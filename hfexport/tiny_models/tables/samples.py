@@ -77,6 +77,10 @@ EMBEDDED_INPUTS = {
     # Qwen3-Omni's code predictor and code-to-wave transformer read their model's summed codebook embeddings only.
     "Qwen3OmniMoeTalkerCodePredictorModel": ("inputs_embeds",),
     "Qwen3OmniMoeCode2WavTransformerModel": ("inputs_embeds",),
+    # SeamlessM4T's text-to-unit encoder-decoders read the text decoder's states (they refuse input_ids).
+    **dict.fromkeys(
+        ("SeamlessM4TTextToUnitModel", "SeamlessM4TTextToUnitForConditionalGeneration"), ("inputs_embeds",)
+    ),
 }
 # Model class -> what its pre-net reads as input_values: "token_ids" (text) or "mel_frames" (batch, frames, mel bins).
 PRENET_INPUTS = {
