@@ -118,9 +118,9 @@ def test_statuses_follow_the_owner_and_the_step() -> None:
 def test_a_class_no_tiny_model_runs_is_not_checked_with_its_reason() -> None:
     from hfexport import tiny_models
 
-    failure = _cell_failure("build", tiny_models.tiny_model, "TimmWrapperModel", building=True)
+    failure = _cell_failure("build", tiny_models.tiny_model, "DinatModel", building=True)
     assert failure.status == "not_checked"
-    assert failure.first_line == f"TimmWrapperModel: {tiny_models.UNRUNNABLE['TimmWrapperModel']}"
+    assert failure.first_line == f"DinatModel: {tiny_models.UNRUNNABLE['DinatModel']}"
 
 
 def test_a_tool_error_cell_records_the_hfexport_frame() -> None:

@@ -502,12 +502,12 @@ def test_a_class_no_tiny_model_runs_is_reported_not_checked_with_its_reason(
     from hfexport.tiny_models import UNRUNNABLE
 
     out = tmp_path / "report"
-    args = ["check", "--models", "TimmWrapperModel", "--backends", "dynamo", "--no-generation"]
+    args = ["check", "--models", "DinatModel", "--backends", "dynamo", "--no-generation"]
     code, output = _run([*args, "--report-dir", str(out)], tmp_path, monkeypatch)
     assert code == 0, output
     (cell,) = json.loads((out / "report.json").read_text())["cells"]
     assert (cell["status"], cell["stage"]) == ("not_checked", "build")
-    assert cell["error"] == f"TimmWrapperModel: {UNRUNNABLE['TimmWrapperModel']}"
+    assert cell["error"] == f"DinatModel: {UNRUNNABLE['DinatModel']}"
 
 
 def test_a_class_no_auto_mapping_lists_is_built_from_its_own_config_class():
