@@ -1036,8 +1036,6 @@ def test_partitions_are_sorted_into_the_program_once(monkeypatch):
     from executorch.exir import lowered_backend_module
     from torch.fx.passes import tools_common
 
-    from hfexport import torch_compat
-
     sorts, legalize_graph = [], tools_common.legalize_graph
 
     def counted(graph_module):
@@ -1045,9 +1043,8 @@ def test_partitions_are_sorted_into_the_program_once(monkeypatch):
         return legalize_graph(graph_module)
 
     monkeypatch.setattr(tools_common, "legalize_graph", counted)
-    # The swap's sort, once after the last partition: it reads torch's function through torch_compat, which keeps the
-    # function it resolved first (by another test's export when the suite runs it before this one).
-    monkeypatch.setattr(torch_compat, "legalize_graph", counted, raising=False)
+    # The swap's sort, once after the last partition: fast_lowering imported torch's function (through torch_compat).
+    monkeypatch.setattr(fast_lowering_workarounds, "legalize_graph", counted)
     monkeypatch.setattr(lowered_backend_module, "legalize_graph", counted)  # ExecuTorch's, once per partition
     module, traced = ThreePartitions(), torch.randn(1, 3, 4, 4)
     once, metadata = ExecutorchExporter().export_program(module, {"x": traced}, ExecutorchConfig())
