@@ -499,7 +499,9 @@ def test_fastspeech2_length_regulator_as_gather_is_the_models(speaking_speed: fl
         assert torch.equal(durations, expected_durations)
 
 
-@pytest.mark.parametrize("model_class", ["Qwen4ExpTextModel", "FastSpeech2ConformerModel"])
+@pytest.mark.parametrize(
+    "model_class", [pytest.param("Qwen4ExpTextModel", marks=pytest.mark.slow), "FastSpeech2ConformerModel"]
+)
 def test_data_dependent_selections_run_at_the_gates_second_shape(model_class: str) -> None:
     # Qwen4-Exp's queries see other block counts there; FastSpeech2's spectrogram, 1 frame long at the traced
     # inputs, is 11 frames long (its length is the program's own data-dependent size).

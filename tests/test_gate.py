@@ -209,6 +209,7 @@ def _assert_a_comment_a_reviewer_reads(page: str, head: str, line: int, text: st
     assert "hfexport/" not in page and page.count("<details") == 1  # one cause, one section
 
 
+@pytest.mark.slow  # 50-60 s, three backends end to end: CI keeps the comment's one-cause test above
 def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -244,6 +245,7 @@ def test_data_dependent_branch_is_reported_once_at_its_line_with_a_hint(
     assert len(details) == 1 and "what to do: data-dependent" in output
 
 
+@pytest.mark.slow  # 50-60 s, three backends end to end: CI keeps the comment's one-cause test above
 def test_an_int_of_the_sequence_length_fails_at_the_second_shape_naming_its_line(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
