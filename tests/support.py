@@ -70,3 +70,20 @@ def student_t_inputs(batch: int, length: int) -> dict[str, torch.Tensor]:
         "x": torch.randn(batch, length, 4, generator=generator),
         "target": torch.randn(batch, length, generator=generator),
     }
+
+
+def export_dynamic(model: torch.nn.Module, inputs: dict, backend: str) -> Any:
+    """Export ``model`` to ``backend`` with dynamic shapes, as the gate does."""
+    from hfexport.exporters import AutoExportConfig, AutoHfExporter
+
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+    return AutoHfExporter.from_config(config).export(model, inputs, config)
+
+
+def without_workaround(monkeypatch: Any, key: str, name: str) -> None:
+    """Take the workaround ``name`` out of the registry's ``key`` for the rest of the test."""
+    from hfexport.exporters import registry
+
+    kept = [w for w in registry._REGISTRY[key] if w.name != name]
+    assert len(kept) == len(registry._REGISTRY[key]) - 1, name
+    monkeypatch.setitem(registry._REGISTRY, key, kept)

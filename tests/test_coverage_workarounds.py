@@ -11,11 +11,10 @@ import json
 import pytest
 import torch
 import torch.utils._pytree as pytree
+from support import export_dynamic, without_workaround
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer
 
 from hfexport.exporters import (
-    AutoExportConfig,
-    AutoHfExporter,
     ExportedModel,
     ExportStageError,
     exporter_executorch,  # noqa: F401  (registers the ExecuTorch workarounds taken out below)
@@ -27,11 +26,6 @@ from hfexport.gate.checks.second_shape import SECOND_SHAPE
 from hfexport.gate.skips import EXPORT_SKIPS
 from hfexport.tiny_models import resolve_model_class, sample_inputs, tiny_model
 from hfexport.tiny_models.inputs.precomputed import recorded_layout
-
-
-def _export(model: torch.nn.Module, inputs: dict, backend: str):
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-    return AutoHfExporter.from_config(config).export(model, inputs, config)
 
 
 def _max_diff(actual, expected) -> float:
@@ -47,13 +41,6 @@ def _assert_matches_eager(model: torch.nn.Module, exported, inputs: dict) -> Non
     assert _max_diff(exported(**inputs), expected) < 1e-4
 
 
-def _without(monkeypatch: pytest.MonkeyPatch, key: str, name: str) -> None:
-    """Take the workaround ``name`` out of the registry's ``key`` for the rest of the test."""
-    kept = [w for w in registry._REGISTRY[key] if w.name != name]
-    assert len(kept) == len(registry._REGISTRY[key]) - 1, name
-    monkeypatch.setitem(registry._REGISTRY, key, kept)
-
-
 @pytest.mark.slow  # over 20 s
 def test_linear_attention_cache_layers_are_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("BailingHybridForCausalLM")
@@ -61,8 +48,8 @@ def test_linear_attention_cache_layers_are_walked(monkeypatch: pytest.MonkeyPatc
     with monkeypatch.context() as patched:
         patched.setattr(export_pytree, "_is_walkable_object", lambda v: isinstance(v, (Cache, CacheLayerMixin)))
         with pytest.raises(ExportStageError, match="cannot flatten LinearAttentionLayer"):
-            _export(model, inputs, "dynamo")
-    exported = _export(model, inputs, "dynamo")
+            export_dynamic(model, inputs, "dynamo")
+    exported = export_dynamic(model, inputs, "dynamo")
     outputs = exported(**inputs)
     with torch.no_grad():
         expected = model(**inputs)
@@ -86,10 +73,10 @@ def test_t5gemma2_cache_class_and_mask_indexing(tmp_path, monkeypatch: pytest.Mo
         "layer_class_to_replicate"
     ] == {"class": "transformers.cache_utils.DynamicLayer"}
     with monkeypatch.context() as patched:
-        _without(patched, "dynamo", "_patch_mask_indexing_as_getitem")
+        without_workaround(patched, "dynamo", "_patch_mask_indexing_as_getitem")
         with pytest.raises(Exception, match="Unsupported getattr attribute"):
-            _export(model, inputs, "dynamo").save_pretrained(tmp_path / "without")
-    directory = _export(model, inputs, "dynamo").save_pretrained(tmp_path / "t5gemma2")
+            export_dynamic(model, inputs, "dynamo").save_pretrained(tmp_path / "without")
+    directory = export_dynamic(model, inputs, "dynamo").save_pretrained(tmp_path / "t5gemma2")
     loaded = ExportedModel.from_pretrained(directory)
     outputs = loaded(**inputs)
     assert outputs.past_key_values.cross_attention_cache.layer_class_to_replicate is DynamicLayer
@@ -265,10 +252,10 @@ def test_workaround_is_needed(
     inputs = sample_inputs(model)
     with monkeypatch.context() as patched:
         for name in names:
-            _without(patched, key, name)
+            without_workaround(patched, key, name)
         with pytest.raises(ExportStageError, match=error):
-            _export(model, inputs, backend)
-    exported = _export(model, inputs, backend)
+            export_dynamic(model, inputs, backend)
+    exported = export_dynamic(model, inputs, backend)
     _assert_matches_eager(model, exported, inputs)
 
 
@@ -301,9 +288,9 @@ def test_dim_stays_dynamic_only_with_its_patch(
     model = tiny_model(model_class)
     inputs = sample_inputs(model)
     with monkeypatch.context() as patched:
-        _without(patched, "dynamo", patch)
-        assert dim not in _export(model, inputs, "dynamo").components["model"]["dynamic_dims"][name]
-    exported = _export(model, inputs, "dynamo")
+        without_workaround(patched, "dynamo", patch)
+        assert dim not in export_dynamic(model, inputs, "dynamo").components["model"]["dynamic_dims"][name]
+    exported = export_dynamic(model, inputs, "dynamo")
     assert exported.components["model"]["dynamic_dims"][name][dim][1] is None
     _assert_matches_eager(model, exported, sample_inputs(model, seed=1, **other_shape))
 
@@ -312,7 +299,7 @@ def test_packed_attention_keeps_each_image_to_its_own_rows() -> None:
     # Traced at two images of one size, run at three of three sizes: each attends only to its own rows, as eager.
     model = tiny_model("Qwen3VLVisionModel")
     traced = sample_inputs(model)
-    exported = _export(model, traced, "dynamo")
+    exported = export_dynamic(model, traced, "dynamo")
     side = 2 * model.config.spatial_merge_size
     grid_thw = torch.tensor([[1, 2 * side, side], [1, side, side], [1, side, 3 * side]])
     patches = torch.randn(int(grid_thw.prod(-1).sum()), traced["hidden_states"].shape[1])
@@ -325,7 +312,7 @@ def test_packed_attention_patch_leaves_unpacked_batches_as_they_were() -> None:
     # Radio's attention is patched for its packed calls; a batch without cu_seqlens is attended as before.
     model = tiny_model("RadioModel")
     inputs = sample_inputs(model)
-    exported = _export(model, inputs, "dynamo")
+    exported = export_dynamic(model, inputs, "dynamo")
     assert "_patch_packed_attention_as_masked_sdpa" in {
         record["name"] for record in exported.components["model"]["workarounds"]["patches"]
     }
@@ -338,7 +325,7 @@ def test_packed_attention_with_grouped_heads_exports_to_onnx() -> None:
     model = tiny_model("Exaone4_5_VisionModel")
     assert model.config.num_key_value_heads < model.config.num_heads
     inputs = sample_inputs(model)
-    _assert_matches_eager(model, _export(model, inputs, "onnx"), inputs)
+    _assert_matches_eager(model, export_dynamic(model, inputs, "onnx"), inputs)
 
 
 @pytest.mark.parametrize("model_class", ["DeepseekV2ForCausalLM", "Llama4ForCausalLM", "Gemma3nForCausalLM"])
@@ -347,7 +334,7 @@ def test_dynamo_keeps_complex_rotary_and_erfinv(tmp_path, model_class: str) -> N
     # traces and saves these models as they are.
     model = tiny_model(model_class)
     inputs = sample_inputs(model)
-    exported = _export(model, inputs, "dynamo")
+    exported = export_dynamic(model, inputs, "dynamo")
     patched = {record["name"] for record in exported.components["model"]["workarounds"]["patches"]}
     assert not patched & {w.name for w in registry._REGISTRY["onnx"]}
     loaded = ExportedModel.from_pretrained(exported.save_pretrained(tmp_path / "export"))
@@ -364,9 +351,9 @@ def test_onnx_optimizer_skip_of_prophetnet_is_needed(monkeypatch: pytest.MonkeyP
     (skip,) = registry.optimizer_skips("onnx", path)
     assert "SplitToSequence" in skip.reason
     with monkeypatch.context() as patched:
-        _without(patched, "onnx", skip.name)
+        without_workaround(patched, "onnx", skip.name)
         with pytest.raises(ExportStageError, match="stage 5") as raised:
-            _export(model, inputs, "onnx")
+            export_dynamic(model, inputs, "onnx")
     causes, error = [], raised.value
     while error is not None:
         causes.append(str(error))
@@ -391,7 +378,7 @@ def test_export_skips_still_fail_to_export(model_class: str) -> None:
     """An EXPORT_SKIPS entry stays only while its model still fails torch.export: remove it once this fails."""
     model = tiny_model(model_class)
     with pytest.raises(ExportStageError, match="data-dependent"):
-        _export(model, sample_inputs(model), "dynamo")
+        export_dynamic(model, sample_inputs(model), "dynamo")
 
 
 @pytest.mark.slow  # over 20 s
@@ -405,13 +392,13 @@ def test_view_larger_than_its_base_stays_a_copy(monkeypatch: pytest.MonkeyPatch)
     inputs = sample_inputs(model)
     with torch.no_grad():
         expected = model(**inputs)
-    assert _max_diff(_export(model, inputs, "executorch")(**inputs), expected) < 1e-4
-    _without(monkeypatch, "executorch", "_patch_view_within_its_base")
-    assert _max_diff(_export(model, inputs, "executorch")(**inputs), expected) < 1e-4
-    _without(monkeypatch, "dynamo", "_patch_view_of_contiguous_as_strided")
-    _without(monkeypatch, "executorch", "_patch_view_of_contiguous_as_strided")
+    assert _max_diff(export_dynamic(model, inputs, "executorch")(**inputs), expected) < 1e-4
+    without_workaround(monkeypatch, "executorch", "_patch_view_within_its_base")
+    assert _max_diff(export_dynamic(model, inputs, "executorch")(**inputs), expected) < 1e-4
+    without_workaround(monkeypatch, "dynamo", "_patch_view_of_contiguous_as_strided")
+    without_workaround(monkeypatch, "executorch", "_patch_view_of_contiguous_as_strided")
     with pytest.raises(RuntimeError, match="Failed to load method forward, error: 0x:21"):
-        _export(model, inputs, "executorch")(**inputs)
+        export_dynamic(model, inputs, "executorch")(**inputs)
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -506,7 +493,7 @@ def test_data_dependent_selections_run_at_the_gates_second_shape(model_class: st
     # Qwen4-Exp's queries see other block counts there; FastSpeech2's spectrogram, 1 frame long at the traced
     # inputs, is 11 frames long (its length is the program's own data-dependent size).
     model = tiny_model(model_class)
-    exported = _export(model, sample_inputs(model), "dynamo")
+    exported = export_dynamic(model, sample_inputs(model), "dynamo")
     second = sample_inputs(model, seed=1, **SECOND_SHAPE)
     _assert_matches_eager(model, exported, second)
 
@@ -531,7 +518,7 @@ def test_onnx_optimizer_keeps_an_epsilon_of_1e_8(monkeypatch: pytest.MonkeyPatch
         return float(abs(session.run(None, {"x": x.numpy()})[0] - expected).max())
 
     with monkeypatch.context() as patched:
-        _without(patched, "onnx", "_patch_optimizer_keeps_small_constants")
+        without_workaround(patched, "onnx", "_patch_optimizer_keeps_small_constants")
         assert onnxruntime_diff() > 0.1
     assert onnxruntime_diff() < 1e-5
 
@@ -552,7 +539,7 @@ def test_neucodec_audio_length_stays_dynamic_only_with_int_patched(monkeypatch: 
     inputs = sample_inputs(model)
     other_length = sample_inputs(model, seed=1, batch_size=3, seq_length=11)
     with monkeypatch.context() as patched:
-        _without(patched, "dynamo", "_patch_int_of_a_size_keeps_it_symbolic")
+        without_workaround(patched, "dynamo", "_patch_int_of_a_size_keeps_it_symbolic")
         with pytest.raises(Exception, match="Guard failed"):
-            _export(model, inputs, "dynamo")(**other_length)
-    _assert_matches_eager(model, _export(model, inputs, "dynamo"), other_length)
+            export_dynamic(model, inputs, "dynamo")(**other_length)
+    _assert_matches_eager(model, export_dynamic(model, inputs, "dynamo"), other_length)

@@ -6,27 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.utils._pytree as pytree
+from support import export_dynamic, without_workaround
 
 from hfexport.exporters import (
-    AutoExportConfig,
-    AutoHfExporter,
     ExportStageError,
     exporter_dynamo,  # noqa: F401  (registers the "dynamo" workarounds)
-    registry,
 )
 from hfexport.gate.checks.second_shape import SECOND_SHAPE
 from hfexport.tiny_models import models, sample_inputs, tiny_model
-
-
-def _export(model: torch.nn.Module, inputs: dict, backend: str):
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-    return AutoHfExporter.from_config(config).export(model, inputs, config)
-
-
-def _without(monkeypatch: pytest.MonkeyPatch, key: str, name: str) -> None:
-    kept = [w for w in registry._REGISTRY[key] if w.name != name]
-    assert len(kept) == len(registry._REGISTRY[key]) - 1, name
-    monkeypatch.setitem(registry._REGISTRY, key, kept)
 
 
 def _max_diff(model: torch.nn.Module, exported, inputs: dict) -> float:
@@ -41,15 +28,15 @@ def _max_diff(model: torch.nn.Module, exported, inputs: dict) -> float:
 )
 def test_longformer_needs_both_patches(monkeypatch: pytest.MonkeyPatch, patch: str) -> None:
     model = tiny_model("LongformerForMaskedLM")
-    _without(monkeypatch, "dynamo", patch)
+    without_workaround(monkeypatch, "dynamo", patch)
     with pytest.raises(ExportStageError, match="Could not guard on data-dependent expression"):
-        _export(model, sample_inputs(model), "dynamo")
+        export_dynamic(model, sample_inputs(model), "dynamo")
 
 
 @pytest.mark.parametrize("model_class", ["LongformerForMaskedLM", pytest.param("LEDModel", marks=pytest.mark.slow)])
 def test_longformer_local_attention_matches_eager_and_refuses_global_tokens(model_class: str) -> None:
     model = tiny_model(model_class)
-    exported = _export(model, sample_inputs(model), "dynamo")
+    exported = export_dynamic(model, sample_inputs(model), "dynamo")
     for shape in ({}, SECOND_SHAPE):
         assert _max_diff(model, exported, sample_inputs(model, seed=1, **shape)) < 1e-4
     # attention_mask 2 marks a token global: eager takes the global path, which the program does not hold.
@@ -64,7 +51,7 @@ SECOND = {"seed": 1, **SECOND_SHAPE}
 
 def test_groupvit_onnx_assigns_patches_as_eager_at_both_shapes() -> None:
     model = tiny_model("GroupViTModel")
-    exported = _export(model, sample_inputs(model), "onnx")
+    exported = export_dynamic(model, sample_inputs(model), "onnx")
     for shape in ({}, SECOND):
         assert _max_diff(model, exported, sample_inputs(model, **shape)) < 1e-4
 
@@ -75,4 +62,4 @@ def test_groupvit_needs_its_group_tokens_redrawn(monkeypatch: pytest.MonkeyPatch
     # onnxruntime's rounding broke it otherwise than eager's at the second shape.
     monkeypatch.delitem(models.DEGENERATE_INIT, "groupvit")
     model = tiny_model("GroupViTModel")
-    assert _max_diff(model, _export(model, sample_inputs(model), "onnx"), sample_inputs(model, **SECOND)) > 1e-3
+    assert _max_diff(model, export_dynamic(model, sample_inputs(model), "onnx"), sample_inputs(model, **SECOND)) > 1e-3

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import export_dynamic, without_workaround
 
 from hfexport.exporters import (
-    AutoExportConfig,
-    AutoHfExporter,
     ExportStageError,
     exporter_dynamo,  # noqa: F401  (registers the "dynamo" workarounds)
     registry,
@@ -18,17 +17,6 @@ from hfexport.tiny_models import sample_inputs, tiny_model
 # Dynamic NTK rope past a context of 8 positions: traced at 7 (the original frequencies), run at 13 (grown ones).
 DYNAMIC_ROPE = {"max_position_embeddings": 8, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}
 TRACED, LONGER = {"batch_size": 2, "seq_length": 7}, {"batch_size": 3, "seq_length": 13}
-
-
-def _export(model: torch.nn.Module, inputs: dict, backend: str):
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-    return AutoHfExporter.from_config(config).export(model, inputs, config)
-
-
-def _without(monkeypatch: pytest.MonkeyPatch, key: str, name: str) -> None:
-    kept = [w for w in registry._REGISTRY[key] if w.name != name]
-    assert len(kept) == len(registry._REGISTRY[key]) - 1, name
-    monkeypatch.setitem(registry._REGISTRY, key, kept)
 
 
 def _logits_diff(model: torch.nn.Module, exported, inputs: dict) -> float:
@@ -49,16 +37,16 @@ def test_dynamic_rope_grows_past_the_original_context() -> None:
 @pytest.mark.parametrize("backend", ["dynamo", "onnx", pytest.param("executorch", marks=pytest.mark.slow)])
 def test_dynamic_rope_matches_eager_within_and_past_the_context(backend: str) -> None:
     model = tiny_model("LlamaForCausalLM", overrides=DYNAMIC_ROPE)
-    exported = _export(model, sample_inputs(model, **TRACED), backend)
+    exported = export_dynamic(model, sample_inputs(model, **TRACED), backend)
     for shape in (TRACED, LONGER):
         assert _logits_diff(model, exported, sample_inputs(model, seed=1, **shape)) < 1e-4
 
 
 def test_dynamic_rope_needs_its_patch(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("LlamaForCausalLM", overrides=DYNAMIC_ROPE)
-    _without(monkeypatch, "dynamo", "_patch_dynamic_rope_as_tensor_select")
+    without_workaround(monkeypatch, "dynamo", "_patch_dynamic_rope_as_tensor_select")
     with pytest.raises(ExportStageError, match="Could not guard on data-dependent expression"):
-        _export(model, sample_inputs(model, **TRACED), "dynamo")
+        export_dynamic(model, sample_inputs(model, **TRACED), "dynamo")
 
 
 def test_dynamic_rope_patch_is_installed_on_every_loaded_rotary_class() -> None:
@@ -78,9 +66,9 @@ def test_falcon_alibi_runs_on_onnxruntime_only_with_float32_products(monkeypatch
     model = tiny_model("FalconForCausalLM", overrides={"alibi": True})
     inputs = sample_inputs(model, **TRACED)
     with monkeypatch.context() as patched:
-        _without(patched, "onnx", "_fix_bfloat16_product_in_float32")
+        without_workaround(patched, "onnx", "_fix_bfloat16_product_in_float32")
         with pytest.raises(Exception, match=r"Could not find an implementation for Mul\(14\)"):
-            _export(model, inputs, "onnx")(**inputs)
-    exported = _export(model, inputs, "onnx")
+            export_dynamic(model, inputs, "onnx")(**inputs)
+    exported = export_dynamic(model, inputs, "onnx")
     for shape in (TRACED, LONGER):
         assert _logits_diff(model, exported, sample_inputs(model, seed=1, **shape)) < 1e-4
