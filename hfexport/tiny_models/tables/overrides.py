@@ -43,6 +43,15 @@ _INTRACLASS_BLOCK = {
         )
     },
 }
+# PP-OCR's large-kernel detectors (v5 server, v6 medium) leave their intra-class blocks' conv layouts, upsampling
+# factors and head kernels to checkpoints (None by default, the head's documented [3, 2, 2] included). Each of the four
+# neck levels is upsampled to the finest one's size before they are concatenated.
+_LARGE_KERNEL_DETECTOR = {
+    "neck_out_channels": HIDDEN,
+    "intraclass_block_config": _INTRACLASS_BLOCK,
+    "scale_factor_list": [1, 2, 4, 8],
+    "kernel_list": [3, 2, 2],
+}
 # A four-level PP-LCNetV4 for detectors: stage widths 16 to 64, each stage after the first halving the map.
 _LCNET_V4_DETECTOR = {
     "stem_channels": [3, 16, 16],
@@ -187,11 +196,24 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # above the remapped special tokens at the top of the tiny vocabulary).
     "qwen2_5_omni_thinker": {"vision_start_token_id": VOCAB - 16},
     "qwen3_omni_moe_thinker": {"vision_start_token_id": VOCAB - 16},
+    # The talker's MoE blocks read their shared expert's width, which its config class does not declare (checkpoints
+    # store it in config.json).
+    "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": INTERMEDIATE},
     # Full-attention blocks are named by layer index; windows are in pixels, at least one merged patch (2 x 8).
     "qwen2_5_vl_vision": {"fullatt_block_indexes": [1], "window_size": 16},
     "qwen2_5_omni_vision_encoder": {"fullatt_block_indexes": [1], "window_size": 16},
-    # Full-attention layers at both ends, the rest windowed: one of each end in two layers.
-    "sapiens2": {"num_first_full_attention_layers": 1, "num_last_full_attention_layers": 1},
+    # Full-attention layers at both ends, the rest windowed: one of each end in two layers. The task heads' upsampling
+    # and refinement convs (and the pointmap head's scale branch) are left to checkpoints: one of each.
+    "sapiens2": {
+        "num_first_full_attention_layers": 1,
+        "num_last_full_attention_layers": 1,
+        "head_config": {
+            "upsample_out_channels": [HIDDEN],
+            "conv_out_channels": [HIDDEN],
+            "scale_conv_out_channels": [HIDDEN],
+            "scale_final_hidden_sizes": [HIDDEN, HIDDEN],
+        },
+    },
     # The FPN upscales the 4 x 4 patch grid of a 32-pixel image by 4, 2 and 1: the mask decoder reads these sizes.
     "sam3_vision_model": {"backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
     # The yes/no logits are read at full-size vocabulary ids: any two ids of the tiny vocabulary.
@@ -334,16 +356,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dots3_note_vision_encoder": {"adapter_in_dim": HIDDEN, "adapter_out_dim": HIDDEN},
     "dots3_note_audio_encoder": {"adapter_input_size": HIDDEN, "adapter_out_dim": HIDDEN},
     # The default backbone of PP-OCRv6's detectors is the recognizer's (one output level, height-only strides): their
-    # necks fuse four levels at strides 4 to 32, each twice the size of the next. The medium one's intra-class blocks'
-    # conv layouts and upsampling factors are left to checkpoints (None by default); the small one's neck reads the
-    # widths its list says.
-    "pp_ocrv6_medium_det": {
-        "backbone_config": _LCNET_V4_DETECTOR,
-        "neck_out_channels": HIDDEN,
-        "intraclass_block_config": _INTRACLASS_BLOCK,
-        # Each level is upsampled to the finest one's size before they are concatenated.
-        "scale_factor_list": [1, 2, 4, 8],
-    },
+    # necks fuse four levels at strides 4 to 32, each twice the size of the next. The medium one's intra-class blocks
+    # and head are the server detector's (_LARGE_KERNEL_DETECTOR); the small one's neck reads the widths its list says.
+    "pp_ocrv6_medium_det": {"backbone_config": _LCNET_V4_DETECTOR, **_LARGE_KERNEL_DETECTOR},
+    "pp_ocrv5_server_det": _LARGE_KERNEL_DETECTOR,
     "pp_ocrv6_small_det": {
         "backbone_config": _LCNET_V4_DETECTOR,
         "layer_list_out_channels": [16, 32, 64, 64],
