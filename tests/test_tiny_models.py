@@ -1002,6 +1002,27 @@ def test_luke_entity_heads_read_entity_mentions(name: str) -> None:
         assert model(**inputs).logits.shape[0] == 2
 
 
+@pytest.mark.parametrize(
+    ("name", "marker", "per_row"),
+    [
+        ("LongformerForQuestionAnswering", "sep_token_id", 3),
+        ("SplinterForPreTraining", "question_token_id", 1),
+        pytest.param("LongformerForMultipleChoice", "sep_token_id", 3, marks=pytest.mark.slow),
+    ],
+)
+def test_a_head_that_finds_the_question_by_its_tokens_reads_rows_laid_out_with_them(
+    name: str, marker: str, per_row: int
+) -> None:
+    # Were "There should be exactly three separator tokens" and "All samples in the batch must have at least one
+    # question token": random rows never hold a special token.
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    marks = (inputs["input_ids"] == getattr(model.config, marker)).sum(-1)
+    assert (marks == per_row).all()
+    with torch.no_grad():
+        assert _first_tensor(model(**inputs)).shape[0] == 2
+
+
 def test_blip_question_answering_decodes_an_answer() -> None:
     # Was "Either `decoder_input_ids` or `labels` should be passed".
     model = tiny_model("BlipForQuestionAnswering")
@@ -1064,3 +1085,38 @@ def test_seamless_text_to_unit_model_reads_the_text_decoders_states() -> None:
     assert "input_ids" not in inputs and inputs["inputs_embeds"].shape[:2] == (2, 7)
     with torch.no_grad():
         assert model(**inputs).logits.shape[0] == 2
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SLANetBackbone",
+        pytest.param("SLANeXtBackbone", marks=pytest.mark.slow),
+        pytest.param("PPOCRV5MobileDetModel", marks=pytest.mark.slow),
+    ],
+)
+def test_a_model_that_hands_its_images_on_under_another_name_reads_images(name: str) -> None:
+    # Their forward(hidden_states) passes the images to a sub-model's pixel_values: given pixel_values beside
+    # (batch, sequence, width) states they raised "got multiple values for argument 'pixel_values'".
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    assert list(inputs) == ["hidden_states"] and inputs["hidden_states"].shape[:2] == (2, 3)
+    with torch.no_grad():
+        model(**inputs)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PPOCRV5ServerDetForObjectDetection",
+        pytest.param("PPOCRV6MediumDetForObjectDetection", marks=pytest.mark.slow),
+    ],
+)
+def test_a_large_kernel_text_detector_builds_with_the_layouts_left_to_checkpoints(name: str) -> None:
+    # Was "'NoneType' object is not subscriptable": intra-class block layouts, upsampling factors and head kernels are
+    # None by default. The probability map comes back at the image's size.
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        probabilities = model(**inputs).last_hidden_state
+    assert probabilities.shape == (2, 1, *inputs["pixel_values"].shape[-2:])

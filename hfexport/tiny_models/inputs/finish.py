@@ -8,7 +8,7 @@ import torch
 
 from ...model_keyed import TINY_MODEL_ENTRY, declare
 from ..classes import class_names
-from ..tables import CODEBOOK_STACKED_TYPES, DECODER_CODEBOOKS, PADDED_MASK_TYPES
+from ..tables import CODEBOOK_STACKED_TYPES, DECODER_CODEBOOKS, PADDED_MASK_TYPES, SEPARATED_QUESTION_TYPES
 from .draw import sequence_ids, token_ids
 from .registry import Request, Stage, builds
 
@@ -160,6 +160,36 @@ def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
     # transposes into a view its embedding cannot read.
     shape = (r.batch_size, r.seq_length, getattr(decoder, codebooks))
     return {"decoder_input_ids": token_ids(decoder, shape, r.generator)}
+
+
+def _question_end(r: Request) -> int:
+    # The first half of each row is the question, the rest its context (before the choices dimension stacks them).
+    return (r.inputs["input_ids"].shape[1] - 1) // 2
+
+
+@builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and getattr(r.config, "question_token_id", None))
+def _question_tokens(r: Request) -> dict[str, torch.Tensor]:
+    # Splinter answers at its question tokens: the pre-training head refuses rows without one ("All samples in the
+    # batch must have at least one question token"), the QA head would read position 0. One per row, after the question.
+    input_ids = r.inputs["input_ids"].clone()
+    input_ids[:, _question_end(r)] = r.config.question_token_id
+    return {"input_ids": input_ids}
+
+
+def _finds_question_by_separators(r: Request) -> bool:
+    heads = ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES")
+    in_heads = any(type(r.model).__name__ in class_names(heads_map, r.config.model_type) for heads_map in heads)
+    return "input_ids" in r.inputs and r.config.model_type in SEPARATED_QUESTION_TYPES and in_heads
+
+
+@builds(Stage.FINISH, when=_finds_question_by_separators)
+def _question_separators(r: Request) -> dict[str, torch.Tensor]:
+    # Rows laid out as the tokenizer pairs a question and its context, "question </s></s> context </s>": exactly three
+    # separators (Longformer asserts it), the first ending the question its global attention covers.
+    input_ids = r.inputs["input_ids"].clone()
+    end = _question_end(r)
+    input_ids[:, [end, end + 1, -1]] = r.config.sep_token_id
+    return {"input_ids": input_ids}
 
 
 @builds(Stage.FINISH, when=lambda r: type(r.model).__name__.endswith("ForMultipleChoice"))

@@ -66,6 +66,8 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     "rag": ("context_input_ids",),
     # SpeechT5's decoders cross-attend; its speech heads decode mel frames (teacher-forced, no generate here).
     "speecht5": ("encoder_hidden_states", "decoder_input_values"),
+    # ViT encoders built alone rotate their patch tokens by the angles their model computes from the image.
+    **dict.fromkeys(("dinov3_vit", "sapiens2"), ("position_embeddings",)),
 }
 # Model class -> inputs it reads as (batch, sequence, width) states, having no pre-net to embed them.
 EMBEDDED_INPUTS = {
@@ -76,7 +78,10 @@ EMBEDDED_INPUTS = {
     "PerceiverModel": ("inputs",),
     # Qwen3-Omni's code predictor and code-to-wave transformer read their model's summed codebook embeddings only.
     "Qwen3OmniMoeTalkerCodePredictorModel": ("inputs_embeds",),
+    "Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration": ("inputs_embeds",),
     "Qwen3OmniMoeCode2WavTransformerModel": ("inputs_embeds",),
+    # Qwen3-Omni's talker reads the thinker's projected states (its model has a codec embedding, no embed_tokens).
+    **dict.fromkeys(("Qwen3OmniMoeTalkerModel", "Qwen3OmniMoeTalkerForConditionalGeneration"), ("inputs_embeds",)),
     # SeamlessM4T's text-to-unit encoder-decoders read the text decoder's states (they refuse input_ids).
     **dict.fromkeys(
         ("SeamlessM4TTextToUnitModel", "SeamlessM4TTextToUnitForConditionalGeneration"), ("inputs_embeds",)
@@ -90,6 +95,9 @@ PRENET_INPUTS = {
 }
 # Model class -> the forward parameter its main waveform goes to, where that is not input_values.
 WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
+# Model types whose question-answering and multiple-choice heads find the question by its separators: Longformer puts
+# global attention on the question, which must end with two of the row's exactly three sep tokens.
+SEPARATED_QUESTION_TYPES = ("longformer",)
 # VLMs whose ids must hold a placeholder per image feature, where the features are spliced in.
 SPLICED_IMAGE_TYPES = ("blip-2", "instructblip", "instructblipvideo", "kosmos-2", "lfm2_vl", "pi0", "pi05")
 # Model type -> images per sample of models whose pixel_values stack several (video frames, robot cameras, the two
