@@ -3,6 +3,7 @@ applies)."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 
@@ -217,6 +218,23 @@ def _packed_patch_rows(r: Request) -> dict[str, torch.Tensor]:
     return {"pixel_values": strip, "target_sizes": torch.tensor([[side, side]] * r.batch_size)}
 
 
+def _image_reader_input(r: Request) -> str | None:
+    """The forward parameter a model hands on to its first sub-model as that sub-model's pixel_values, where the model
+    takes no pixel_values itself (SLANetBackbone's ``self.vision_backbone(hidden_states)``), else None."""
+    if "pixel_values" in r.parameters or not r.required:
+        return None
+    first = next(iter(r.model.children()), None)
+    reads = list(inspect.signature(first.forward).parameters) if first is not None else []
+    handed = next(iter(inspect.signature(r.model.forward).parameters))
+    return handed if reads[:1] == ["pixel_values"] and handed in r.required else None
+
+
+@builds(Stage.MAIN, when=lambda r: _image_reader_input(r) is not None)
+def _images_handed_on(r: Request) -> dict[str, torch.Tensor]:
+    # Their parent calls them with its images (SLANetForTableRecognition: self.backbone(pixel_values)).
+    return {_image_reader_input(r): pixel_values(r)}
+
+
 @builds(Stage.MAIN, when=lambda r: r.main_input in ("pixel_values", "pixel_values_videos"))
 def _images_or_clips(r: Request) -> dict[str, torch.Tensor]:
     video = r.main_input == "pixel_values_videos"
@@ -226,8 +244,10 @@ def _images_or_clips(r: Request) -> dict[str, torch.Tensor]:
 @builds(Stage.MAIN, when=lambda r: type(r.model).__name__ in EMBEDDED_INPUTS, drops=("input_ids",))
 def _prenet_free_states(r: Request) -> dict[str, torch.Tensor]:
     # A bare model without its pre-nets (SpeechT5Model, PerceiverModel) reads what they would make: (batch, sequence,
-    # width) states, for its encoder (and its decoder).
-    width = getattr(r.config, "d_model", None) or r.config.hidden_size
+    # width) states, for its encoder (and its decoder); a head whose width is its text config's (Qwen3-Omni's talker)
+    # reads them at that width.
+    width = getattr(r.config, "d_model", None) or getattr(r.config, "hidden_size", None)
+    width = width or r.config.get_text_config(decoder=True).hidden_size
     shape = (r.batch_size, r.seq_length, width)
     return {name: torch.randn(shape, generator=r.generator) for name in EMBEDDED_INPUTS[type(r.model).__name__]}
 
@@ -315,6 +335,15 @@ def _row_column_patches(r: Request) -> dict[str, torch.Tensor]:
     width = image_config(r.config).patch_embed_hidden_size
     pixels = torch.randn(r.batch_size, side * side, width, generator=r.generator)
     return {"flattened_patches": torch.cat([ids, pixels], dim=-1)}
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "input_features" and "feature_lens" in r.parameters)
+def _packed_audio_features(r: Request) -> dict[str, torch.Tensor]:
+    """Qwen-Omni audio towers: every sample's (mel bins, frames) features side by side in one (mel bins, frames)
+    tensor and each sample's frame count, as their model packs them (the padded frames of its mask dropped)."""
+    features = feature_frames(r, audio_config(r.config))
+    frames = torch.full((r.batch_size,), features.shape[-1])
+    return {"input_features": torch.cat(features.unbind(0), dim=-1), "feature_lens": frames}
 
 
 # Gemma 3n's audio encoder names its (batch, frames, mel bins) features audio_mel.
