@@ -73,6 +73,54 @@ def _tower_layers_and_prompt(r: Request) -> dict[str, torch.Tensor | tuple[torch
     }
 
 
+def _grid(size: int | list[int] | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+@builds(Stage.REQUIRED, when=lambda r: {"hidden_states", "position_embeddings"} <= r.missing)
+def _patch_tokens_and_rotary_angles(r: Request) -> dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
+    """ViT encoders whose model rotates the patch tokens (DINOv3ViTEncoder, Sapiens2Encoder): the embeddings' class
+    and register tokens then the patch grid, and the cos and sin of each patch's angles, (patches, head_dim)."""
+    (height, width), (patch_height, patch_width) = _grid(r.config.image_size), _grid(r.config.patch_size)
+    patches = (height // patch_height) * (width // patch_width)
+    tokens = 1 + getattr(r.config, "num_register_tokens", 0) + patches
+    angles = torch.rand(patches, r.config.hidden_size // r.config.num_attention_heads, generator=r.generator)
+    return {
+        "hidden_states": torch.randn(r.batch_size, tokens, r.config.hidden_size, generator=r.generator),
+        "position_embeddings": ((2 * torch.pi * angles).cos(), (2 * torch.pi * angles).sin()),
+    }
+
+
+def _token_to_mel_config(config: PretrainedConfig) -> PretrainedConfig | None:
+    # Qwen2.5-Omni's code-to-mel DiT: its own config, or the Token2Wav config that nests it.
+    dit = getattr(config, "dit_config", config)
+    return dit if hasattr(dit, "enc_emb_dim") and hasattr(dit, "num_embeds") else None
+
+
+@builds(
+    Stage.REQUIRED,
+    when=lambda r: _token_to_mel_config(r.config) is not None and bool({"code", "time_step"} & r.missing),
+)
+def _speech_codes_and_speaker(r: Request) -> dict[str, torch.Tensor]:
+    """Qwen2.5-Omni's Token2Wav: the talker's codec codes, the speaker's vector and a reference mel (batch, frames,
+    mel bins), repeats mel frames per code; its DiT built alone reads them as one ODE step does (the noisy mel, the
+    speaker vector repeated per frame, the step's time)."""
+    dit = _token_to_mel_config(r.config)
+    frames = r.seq_length * dit.repeats
+    codes = torch.randint(dit.num_embeds, (r.batch_size, r.seq_length), generator=r.generator)
+    speaker = torch.randn(r.batch_size, dit.enc_emb_dim, generator=r.generator)
+    reference = torch.randn(r.batch_size, frames, dit.mel_dim, generator=r.generator)
+    if "code" in r.missing:
+        return {"code": codes, "conditioning": speaker, "reference_mel": reference}
+    return {
+        "hidden_states": torch.randn(r.batch_size, frames, dit.mel_dim, generator=r.generator),
+        "condition_vector": reference,
+        "speaker_embedding": speaker[:, None].expand(-1, frames, -1).clone(),
+        "quantized_code": codes,
+        "time_step": torch.rand(r.batch_size, generator=r.generator),
+    }
+
+
 @builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "hidden_sizes"))
 def _stem_feature_map(r: Request) -> dict[str, torch.Tensor]:
     # Conv encoders built alone read what their first conv reads: ConvNextEncoder its stem's (batch, first stage
