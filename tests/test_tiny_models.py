@@ -1023,6 +1023,19 @@ def test_a_head_that_finds_the_question_by_its_tokens_reads_rows_laid_out_with_t
         assert _first_tensor(model(**inputs)).shape[0] == 2
 
 
+@pytest.mark.parametrize(
+    "name", ["Blip2TextModelWithProjection", pytest.param("Blip2ForImageTextRetrieval", marks=pytest.mark.slow)]
+)
+def test_a_blip2_head_reading_text_through_the_qformer_has_its_text_feed_forward(name: str) -> None:
+    # Was "'Blip2QFormerLayer' object has no attribute 'intermediate'": a class override of one sub-config entry,
+    # merged into the shrunk Q-Former config (whose other tiny sizes stay).
+    model = tiny_model(name)
+    assert model.config.qformer_config.use_qformer_text_input
+    assert model.config.qformer_config.hidden_size == tiny_config("Blip2Model").qformer_config.hidden_size
+    with torch.no_grad():
+        assert _first_tensor(model(**sample_inputs(model))).shape[0] == 2
+
+
 def test_blip_question_answering_decodes_an_answer() -> None:
     # Was "Either `decoder_input_ids` or `labels` should be passed".
     model = tiny_model("BlipForQuestionAnswering")

@@ -181,6 +181,10 @@ def _make_consistent(config_cls: type[PretrainedConfig], kwargs: dict[str, Any],
     if {"window_size", "spatial_merge_size", "patch_size"} <= kwargs.keys():
         # Qwen2.5-VL-like towers attend within windows of window_size pixels: at least two merged patches wide.
         kwargs["window_size"] = max(kwargs["window_size"], 2 * kwargs["spatial_merge_size"] * kwargs["patch_size"])
+    if {"n_window", "max_source_positions"} <= kwargs.keys():
+        # Chunked audio towers (Qwen2.5-Omni) add a position to each of a 2 * n_window-frame chunk's n_window frames
+        # after their stride-2 conv: the table must hold them.
+        kwargs["max_source_positions"] = max(kwargs["max_source_positions"], kwargs["n_window"])
     rope = kwargs.get("rope_parameters", original.get("rope_parameters"))
     # An empty rope dict (per-layer rope left to the layers, cohere_compass) has no section to split.
     if (
@@ -292,12 +296,16 @@ def _shrink_config(
         kwargs[key] = shrunk
     kwargs.update({k: v for k, v in FORCED.items() if k in declared})
     _make_consistent(config_cls, kwargs, original)
-    for key, value in OVERRIDES.get(config.model_type, {}).items():
+    _apply_overrides(kwargs, OVERRIDES.get(config.model_type, {}))
+    return kwargs
+
+
+def _apply_overrides(kwargs: dict[str, Any], overrides: dict[str, Any]) -> None:
+    for key, value in overrides.items():
         # An override of a sub-config names only the entries it changes (the rest stay shrunk), unless it swaps the
         # sub-config for another model type.
         nested = isinstance(value, dict) and isinstance(kwargs.get(key), dict) and "model_type" in kwargs[key]
         kwargs[key] = {**kwargs[key], **value} if nested and "model_type" not in value else _override_value(value)
-    return kwargs
 
 
 def _override_value(value: Any) -> Any:
@@ -430,7 +438,8 @@ def _build_tiny_config(model_class: type[PreTrainedModel], overrides: dict[str, 
     model_type = getattr(config_cls, "model_type", "")
     default = AutoConfig.for_model(model_type) if model_type in CONFIG_MAPPING_NAMES else config_cls()
     kwargs = _shrink_config(default, _TokenIds())
-    return type(default)(**{**kwargs, **CLASS_OVERRIDES.get(model_class.__name__, {}), **overrides})
+    _apply_overrides(kwargs, CLASS_OVERRIDES.get(model_class.__name__, {}))
+    return type(default)(**{**kwargs, **overrides})
 
 
 def _with_overrides(config: PretrainedConfig, overrides: dict[str, Any]) -> PretrainedConfig:

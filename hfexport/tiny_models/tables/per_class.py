@@ -13,8 +13,20 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     # which the cross-attention reads as its query/key width: one head divides any width.
     "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
     "PerceiverForImageClassificationConvProcessing": {"num_cross_attention_heads": 1},
+    # They run the Q-Former over text, whose layers have a text feed-forward only where the checkpoints (blip2-itm)
+    # switch it on (was "'Blip2QFormerLayer' object has no attribute 'intermediate'").
+    **{
+        head: {"qformer_config": {"use_qformer_text_input": True}}
+        for head in ("Blip2ForImageTextRetrieval", "Blip2TextModelWithProjection")
+    },
+    # Their mask head reads the encoder's states and one attention map per head as channels, in groups of 8: d_model +
+    # encoder_attention_heads must divide by 8 (256 + 8 at full size).
+    **dict.fromkeys(("DetrForSegmentation", "ConditionalDetrForSegmentation"), {"encoder_attention_heads": 8}),
     # Built alone, its decoder config lacks the dropout rate that T5Gemma2Config sets on its sub-configs.
     "T5Gemma2Decoder": {"dropout_rate": 0.0},
+    # Its 3D rope reads the vision tower's merge size, which its config (no model type, so no OVERRIDES entry) does
+    # not declare: checkpoints store it.
+    "Qwen3OmniMoeTalkerForConditionalGeneration": {"spatial_merge_size": 2},
     # T5-like stacks built alone are encoders, which refuse the use_cache their configs default to (decoders get it).
     **{
         stack: {"use_cache": False}
