@@ -33,3 +33,17 @@ def test_sapiens2_task_heads_build_their_decode_head(name: str) -> None:
     with torch.no_grad():
         output = model(pixel_values=pixels)
     assert output[0].shape[0] == pixels.shape[0]
+
+
+@pytest.mark.parametrize(
+    "name", ["DetrForSegmentation", pytest.param("ConditionalDetrForSegmentation", marks=pytest.mark.slow)]
+)
+def test_detr_segmentation_heads_fuse_the_backbone_stages(name: str) -> None:
+    # The mask head fuses the backbone's first three stages: the ResNet standing in for timm's output the last one
+    # only ("list index out of range"), and d_model + heads channels must divide by 8 ("got 36").
+    model = tiny_model(name)
+    assert len(model.config.backbone_config.out_indices) == 4
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        output = model(**inputs)
+    assert output.pred_masks.shape[:2] == (2, model.config.num_queries)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .sizes import HIDDEN
+
 # ── Per-class configs ──
 # Model class -> constructor arguments of its tiny config, where its model type's other classes need others.
 CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
@@ -19,9 +21,25 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
         head: {"qformer_config": {"use_qformer_text_input": True}}
         for head in ("Blip2ForImageTextRetrieval", "Blip2TextModelWithProjection")
     },
-    # Their mask head reads the encoder's states and one attention map per head as channels, in groups of 8: d_model +
-    # encoder_attention_heads must divide by 8 (256 + 8 at full size).
-    **dict.fromkeys(("DetrForSegmentation", "ConditionalDetrForSegmentation"), {"encoder_attention_heads": 8}),
+    # Their mask head reads the encoder's states and one attention map per head as channels, in groups of 8 (d_model +
+    # encoder_attention_heads: 256 + 8 at full size), and fuses the backbone's first three stages, which the timm
+    # backbone of checkpoints outputs (out_indices [1, 2, 3, 4]) and the transformers ResNet standing in for it not.
+    **{
+        segmenter: {
+            "encoder_attention_heads": 8,
+            "backbone_config": {"out_features": [f"stage{i}" for i in range(1, 5)], "out_indices": [1, 2, 3, 4]},
+        }
+        for segmenter in ("DetrForSegmentation", "ConditionalDetrForSegmentation")
+    },
+    # Its contrastive heads' width and logit scale, which BridgeTowerConfig does not declare: the itc checkpoints
+    # store them (512, CLIP's 2.6592). The heads add the model's token types to the vision tower's states and read
+    # text and image at the model's width: all three as wide, as in the checkpoints (the tower's 64, see OVERRIDES).
+    "BridgeTowerForContrastiveLearning": {
+        "contrastive_hidden_size": 32,
+        "logit_scale_init_value": 2.6592,
+        "hidden_size": 2 * HIDDEN,
+        "text_config": {"hidden_size": 2 * HIDDEN},
+    },
     # Built alone, its decoder config lacks the dropout rate that T5Gemma2Config sets on its sub-configs.
     "T5Gemma2Decoder": {"dropout_rate": 0.0},
     # Its 3D rope reads the vision tower's merge size, which its config (no model type, so no OVERRIDES entry) does
