@@ -1036,6 +1036,16 @@ def test_a_blip2_head_reading_text_through_the_qformer_has_its_text_feed_forward
         assert _first_tensor(model(**sample_inputs(model))).shape[0] == 2
 
 
+def test_bridgetower_contrastive_head_reads_text_and_image_at_the_models_width() -> None:
+    # Was "no attribute 'contrastive_hidden_size'" (checkpoints store it), then "The expanded size of the tensor (64)
+    # must match the existing size (32)": its heads read the 64-wide vision tower's states at the model's width.
+    model = tiny_model("BridgeTowerForContrastiveLearning")
+    config = model.config
+    assert config.hidden_size == config.text_config.hidden_size == config.vision_config.hidden_size
+    with torch.no_grad():
+        assert model(**sample_inputs(model)).logits.shape[0] == 2
+
+
 def test_blip_question_answering_decodes_an_answer() -> None:
     # Was "Either `decoder_input_ids` or `labels` should be passed".
     model = tiny_model("BlipForQuestionAnswering")
@@ -1133,3 +1143,63 @@ def test_a_large_kernel_text_detector_builds_with_the_layouts_left_to_checkpoint
     with torch.no_grad():
         probabilities = model(**inputs).last_hidden_state
     assert probabilities.shape == (2, 1, *inputs["pixel_values"].shape[-2:])
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("qwen2_5_omni", "Qwen2_5OmniAudioEncoder"),
+        ("qwen3_omni_moe", "Qwen3OmniMoeTalkerForConditionalGeneration"),
+        pytest.param("qwen3_omni_moe", "Qwen3OmniMoeAudioEncoder", marks=pytest.mark.slow),
+        pytest.param("qwen3_omni_moe", "Qwen3OmniMoeTalkerModel", marks=pytest.mark.slow),
+        pytest.param(
+            "qwen3_omni_moe", "Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration", marks=pytest.mark.slow
+        ),
+        pytest.param("qwen3_omni_moe", "Qwen3OmniMoeCode2Wav", marks=pytest.mark.slow),
+        pytest.param("qwen2_5_omni", "Qwen2_5OmniTalkerForConditionalGeneration", marks=pytest.mark.slow),
+        pytest.param("qwen2_5_omni", "Qwen2_5OmniToken2WavDiTModel", marks=pytest.mark.slow),
+        pytest.param("qwen2_5_omni", "Qwen2_5OmniToken2WavModel", marks=pytest.mark.slow),
+    ],
+)
+def test_qwen_omni_sub_models_read_what_their_model_hands_them(module: str, name: str) -> None:
+    # Each failed alone: the audio towers read packed (mel bins, frames) features and per-sample lengths ("unsupported
+    # operand type(s) for /: 'NoneType'"), the talkers and the code predictor the thinker's states (no embed_tokens /
+    # no shared_expert_intermediate_size / spatial_merge_size in their configs), Code2Wav every quantizer's codes and
+    # Token2Wav codes, a speaker vector and a reference mel.
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    if "feature_lens" in inputs:
+        assert inputs["input_features"].shape == (model.config.num_mel_bins, int(inputs["feature_lens"].sum()))
+    with torch.no_grad():
+        output = model(**inputs)
+    assert torch.isfinite(output if isinstance(output, torch.Tensor) else _first_tensor(output)).all()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PPOCRV5ServerRecEncoderWithSVTR",
+        pytest.param("PPOCRV5MobileRecEncoderWithSVTR", marks=pytest.mark.slow),
+        pytest.param("PPOCRV6SmallRecEncoderWithSVTR", marks=pytest.mark.slow),
+    ],
+)
+def test_a_text_line_encoder_built_alone_reads_its_models_pooled_feature_map(name: str) -> None:
+    # Was "expected input[1, 2, 7, 32] to have 64 channels": a (batch, sequence, hidden_size) sequence instead of the
+    # one-row feature map its model hands it. It reads the map's columns as the text line's positions.
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    channels = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d)).in_channels
+    assert inputs["hidden_states"].shape == (2, channels, 1, 7)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape == (2, 7, model.config.hidden_size)
+
+
+@pytest.mark.parametrize("name", ["SLANetSLAHead", pytest.param("SLANeXtSLAHead", marks=pytest.mark.slow)])
+def test_a_table_head_built_alone_attends_over_its_backbones_features(name: str) -> None:
+    # Was "mat1 and mat2 shapes cannot be multiplied (14x32 and 96x32)": hidden_size-wide states instead of the
+    # backbone's post_conv_out_channels-wide features.
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    assert inputs["hidden_states"].shape == (2, 7, model.config.post_conv_out_channels)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[0] == 2

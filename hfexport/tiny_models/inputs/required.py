@@ -121,6 +121,13 @@ def _speech_codes_and_speaker(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+@builds(Stage.REQUIRED, when=lambda r: "codes" in r.missing and hasattr(r.config, "num_quantizers"))
+def _quantizer_codes(r: Request) -> dict[str, torch.Tensor]:
+    # Code-to-waveform decoders (Qwen3-Omni's Code2Wav) read every quantizer's codes: (batch, quantizers, frames).
+    shape = (r.batch_size, r.config.num_quantizers, r.seq_length)
+    return {"codes": torch.randint(r.config.codebook_size, shape, generator=r.generator)}
+
+
 @builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "hidden_sizes"))
 def _stem_feature_map(r: Request) -> dict[str, torch.Tensor]:
     # Conv encoders built alone read what their first conv reads: ConvNextEncoder its stem's (batch, first stage
@@ -131,11 +138,35 @@ def _stem_feature_map(r: Request) -> dict[str, torch.Tensor]:
     return {"hidden_states": torch.randn(shape, generator=r.generator)}
 
 
+def _first_layer(model: torch.nn.Module) -> torch.nn.Module | None:
+    # The first layer with weights the model registers: what a stack built alone applies first to its input.
+    return next(
+        (m for m in model.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear | torch.nn.LayerNorm)), None
+    )
+
+
+@builds(
+    Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and isinstance(_first_layer(r.model), torch.nn.Conv2d)
+)
+def _pooled_feature_map(r: Request) -> dict[str, torch.Tensor]:
+    # Text-line encoders built alone (PP-OCR's EncoderWithSVTR) read their model's last feature map, pooled to one row
+    # (avg_pool2d over 3 x 2 cells): (batch, their first conv's channels, 1, width).
+    shape = (r.batch_size, _first_layer(r.model).in_channels, 1, r.seq_length)
+    return {"hidden_states": torch.randn(shape, generator=r.generator)}
+
+
+def _read_width(r: Request) -> int:
+    # Heads built alone whose first layer reads another width than hidden_size say so by it: SLANet's table head
+    # attends over its backbone's flattened (batch, positions, post_conv_out_channels) features.
+    first = _first_layer(r.model)
+    return first.in_features if isinstance(first, torch.nn.Linear) else r.config.hidden_size
+
+
 @builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "hidden_size"))
 def _embedded_sequence(r: Request) -> dict[str, torch.Tensor]:
     # Encoders of transformers built on their own (Dinov2Encoder, SpeechT5Encoder) read the embeddings' output:
-    # (batch, sequence, hidden_size).
-    shape = (r.batch_size, r.seq_length, r.config.hidden_size)
+    # (batch, sequence, hidden_size), or the width their first layer reads.
+    shape = (r.batch_size, r.seq_length, _read_width(r))
     return {"hidden_states": torch.randn(shape, generator=r.generator)}
 
 
