@@ -40,6 +40,11 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
         "hidden_size": 2 * HIDDEN,
         "text_config": {"hidden_size": 2 * HIDDEN},
     },
+    # The UperNet head reads four distinct layers' states (out_indices [3, 5, 7, 11] at full size): four layers.
+    **{
+        segmenter: {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]}
+        for segmenter in ("BeitForSemanticSegmentation", "Data2VecVisionForSemanticSegmentation")
+    },
     # Built alone, its decoder config lacks the dropout rate that T5Gemma2Config sets on its sub-configs.
     "T5Gemma2Decoder": {"dropout_rate": 0.0},
     # Its 3D rope reads the vision tower's merge size, which its config (no model type, so no OVERRIDES entry) does
