@@ -218,6 +218,19 @@ def _packed_patch_rows(r: Request) -> dict[str, torch.Tensor]:
     return {"pixel_values": strip, "target_sizes": torch.tensor([[side, side]] * r.batch_size)}
 
 
+@builds(Stage.MAIN, when=lambda r: "boxes" in r.required and hasattr(r.config, "num_classes"))
+def _detected_layout_elements(r: Request) -> dict[str, torch.Tensor]:
+    """Reading-order heads built alone (PPDocLayoutV2ReadingOrder) read their detector's boxes, as (x0, y0, x1, y1) on
+    a 0-1000 scale, each box's category and which boxes are detections: all of them."""
+    corners = torch.randint(1001, (r.batch_size, r.seq_length, 2, 2), generator=r.generator)
+    low, high = corners.sort(dim=-1).values.unbind(-1)
+    return {
+        "boxes": torch.cat([low, high], dim=-1).float(),
+        "labels": torch.randint(r.config.num_classes, (r.batch_size, r.seq_length), generator=r.generator),
+        "mask": torch.ones(r.batch_size, r.seq_length, dtype=torch.bool),
+    }
+
+
 def _image_reader_input(r: Request) -> str | None:
     """The forward parameter a model hands on to its first sub-model as that sub-model's pixel_values, where the model
     takes no pixel_values itself (SLANetBackbone's ``self.vision_backbone(hidden_states)``), else None."""

@@ -238,6 +238,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "mask_feature_channels": [HIDDEN, HIDDEN],
         "global_pointer_head_size": HIDDEN // 2,
     },
+    # The detector's per-label score thresholds and reading-order categories are left to checkpoints (None): one each
+    # for the default config's two labels.
+    "pp_doclayout_v2": {"class_thresholds": [0.5, 0.5], "class_order": [0, 1]},
     # The adapter reads the 25th and 19th vision layers; the tiny tower has two.
     "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.

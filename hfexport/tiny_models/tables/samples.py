@@ -82,6 +82,8 @@ EMBEDDED_INPUTS = {
     "Qwen3OmniMoeCode2WavTransformerModel": ("inputs_embeds",),
     # Qwen3-Omni's talker reads the thinker's projected states (its model has a codec embedding, no embed_tokens).
     **dict.fromkeys(("Qwen3OmniMoeTalkerModel", "Qwen3OmniMoeTalkerForConditionalGeneration"), ("inputs_embeds",)),
+    # So does Qwen2.5-Omni's at its prefill (its ids are codec ids, added to the thinker's reply part when decoding).
+    "Qwen2_5OmniTalkerForConditionalGeneration": ("inputs_embeds",),
     # SeamlessM4T's text-to-unit encoder-decoders read the text decoder's states (they refuse input_ids).
     **dict.fromkeys(
         ("SeamlessM4TTextToUnitModel", "SeamlessM4TTextToUnitForConditionalGeneration"), ("inputs_embeds",)
