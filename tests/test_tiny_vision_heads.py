@@ -47,3 +47,17 @@ def test_detr_segmentation_heads_fuse_the_backbone_stages(name: str) -> None:
     with torch.no_grad():
         output = model(**inputs)
     assert output.pred_masks.shape[:2] == (2, model.config.num_queries)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["BeitForSemanticSegmentation", pytest.param("Data2VecVisionForSemanticSegmentation", marks=pytest.mark.slow)],
+)
+def test_beit_segmentation_heads_read_four_layers(name: str) -> None:
+    # Their head reads four distinct layers' states: two layers refused to build ("requires config.out_indices to be a
+    # list of 4 integers").
+    model = tiny_model(name)
+    pixels = sample_inputs(model)["pixel_values"]
+    with torch.no_grad():
+        logits = model(pixel_values=pixels).logits
+    assert logits.shape[:2] == (2, model.config.num_labels)
