@@ -1036,6 +1036,25 @@ def test_a_blip2_head_reading_text_through_the_qformer_has_its_text_feed_forward
         assert _first_tensor(model(**sample_inputs(model))).shape[0] == 2
 
 
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("patchtst", "PatchTSTEncoder"),
+        pytest.param("patchtsmixer", "PatchTSMixerEncoder", marks=pytest.mark.slow),
+        ("bros", "BrosEncoder"),
+    ],
+)
+def test_a_sub_module_built_alone_is_built_and_fed_as_its_model_does_it(module: str, name: str) -> None:
+    # Were "__init__() missing 1 required positional argument: 'num_patches'" (taken from its model, which passes
+    # its patchifier's count), "mat1 and mat2 shapes cannot be multiplied (64x1 and 8x8)" (an unpatched window) and
+    # "missing 1 required positional argument: 'bbox_pos_emb'".
+    model_class = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+    model = tiny_model(model_class)
+    assert type(model) is model_class and not model.training
+    with torch.no_grad():
+        assert _first_tensor(model(**sample_inputs(model))).shape[0] == 2
+
+
 def test_bridgetower_contrastive_head_reads_text_and_image_at_the_models_width() -> None:
     # Was "no attribute 'contrastive_hidden_size'" (checkpoints store it), then "The expanded size of the tensor (64)
     # must match the existing size (32)": its heads read the 64-wide vision tower's states at the model's width.
@@ -1099,15 +1118,29 @@ def test_a_speech_decoder_built_alone_cross_attends_to_its_encoders_states(modul
         assert model(**inputs).last_hidden_state.shape == (2, 7, model.config.hidden_size)
 
 
-def test_seamless_text_to_unit_model_reads_the_text_decoders_states() -> None:
-    # Was "You cannot pass input_ids to the encoder of the text_to_units model. Pass inputs_embeds instead."
-    from transformers.models.seamless_m4t.modeling_seamless_m4t import SeamlessM4TTextToUnitForConditionalGeneration
-
-    model = tiny_model(SeamlessM4TTextToUnitForConditionalGeneration)
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("seamless_m4t", "SeamlessM4TTextToUnitForConditionalGeneration"),
+        ("seamless_m4t_v2", "SeamlessM4Tv2TextToUnitModel"),
+        pytest.param("seamless_m4t", "SeamlessM4TTextToUnitModel", marks=pytest.mark.slow),
+        pytest.param("seamless_m4t_v2", "SeamlessM4Tv2TextToUnitForConditionalGeneration", marks=pytest.mark.slow),
+        pytest.param("seamless_m4t_v2", "SeamlessM4Tv2TextToUnitDecoder", marks=pytest.mark.slow),
+        pytest.param("seamless_m4t", "SeamlessM4TCodeHifiGan", marks=pytest.mark.slow),
+        pytest.param("seamless_m4t_v2", "SeamlessM4Tv2CodeHifiGan", marks=pytest.mark.slow),
+    ],
+)
+def test_seamless_speech_heads_read_what_their_model_hands_them(module: str, name: str) -> None:
+    # The text-to-unit heads read the text decoder's states ("You cannot pass input_ids to the encoder of the
+    # text_to_units model"), v2's also each token's characters, and its encoder-decoder and decoder the t2u_ entries the
+    # head copies onto their plain names (was "no attribute 'variance_predictor_embed_dim'"); the unit vocoders read
+    # unit ids with a speaker and a language per sample (was "missing 2 required positional arguments").
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
     inputs = sample_inputs(model)
-    assert "input_ids" not in inputs and inputs["inputs_embeds"].shape[:2] == (2, 7)
+    assert ("inputs_embeds" in inputs) != ("input_ids" in inputs or "encoder_hidden_states" in inputs)
     with torch.no_grad():
-        assert model(**inputs).logits.shape[0] == 2
+        output = model(**inputs)
+    assert _first_tensor(output if isinstance(output, dict) else dict(enumerate(output))).shape[0] == 2
 
 
 @pytest.mark.parametrize(
@@ -1203,3 +1236,20 @@ def test_a_table_head_built_alone_attends_over_its_backbones_features(name: str)
     assert inputs["hidden_states"].shape == (2, 7, model.config.post_conv_out_channels)
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape[0] == 2
+
+
+@pytest.mark.parametrize(
+    "name", ["PPDocLayoutV2ReadingOrder", pytest.param("PPDocLayoutV2ForObjectDetection", marks=pytest.mark.slow)]
+)
+def test_a_layout_detector_orders_its_detections(name: str) -> None:
+    # The detector's per-label thresholds and reading-order categories are left to checkpoints ("must be real number,
+    # not NoneType"); its reading-order head built alone reads the detections' boxes, categories and mask (was
+    # "missing 1 required positional argument: 'boxes'"). Order logits: one row per detection, over the detections.
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        outputs = model(**inputs)
+    logits = outputs if isinstance(outputs, torch.Tensor) else outputs.order_logits
+    assert logits.shape[0] == 2 and logits.shape[-1] == logits.shape[-2]
+    if "boxes" in inputs:
+        assert inputs["boxes"].shape == (2, 7, 4) and bool(inputs["mask"].all())

@@ -13,7 +13,9 @@ from ..tables import (
     BATCHED_PATCH_TYPES,
     CODEBOOK_STACKED_TYPES,
     EMBEDDED_INPUTS,
+    FIXED_QUERY_TYPES,
     PATCH_IMAGE_TYPES,
+    PATCHED_WINDOW_INPUTS,
     PRENET_INPUTS,
     WAVEFORM_INPUTS,
 )
@@ -118,6 +120,8 @@ def _multi_scale_features(r: Request) -> dict[str, torch.Tensor | list[tuple[int
     width = r.config.d_model
     decoder = bool({"encoder_hidden_states", "vision_encoder_hidden_states"} & r.parameters)
     queries = r.seq_length if decoder else memory
+    if decoder and r.config.model_type in FIXED_QUERY_TYPES:
+        queries = r.config.num_queries
     inputs: dict[str, torch.Tensor | list[tuple[int, int]]] = {
         "inputs_embeds": torch.randn(r.batch_size, queries, width, generator=r.generator),
         "spatial_shapes": torch.tensor([[side, side] for side in sides]),
@@ -130,7 +134,8 @@ def _multi_scale_features(r: Request) -> dict[str, torch.Tensor | list[tuple[int
         "vision_encoder_hidden_states": (memory, width),
         "spatial_position_embeddings": (memory, width),
         "object_queries_position_embeddings": (queries, width),
-        "reference_points": (queries, 4),
+        # PP-DocLayoutV4's are quads: num_coords coordinates.
+        "reference_points": (queries, getattr(r.config, "num_coords", 4)),
         "text_encoder_hidden_states": (r.seq_length, width),
     }
     for name, shape in sized.items():
@@ -326,6 +331,16 @@ def _forecast_windows(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+@builds(Stage.MAIN, when=lambda r: type(r.model).__name__ in PATCHED_WINDOW_INPUTS)
+def _patched_windows(r: Request) -> dict[str, torch.Tensor]:
+    # Patch encoders built alone read what their model's patchifier cuts from the window, patch_stride apart:
+    # (batch, channels, patches, patch_length).
+    config = r.config
+    patches = (max(config.context_length, config.patch_length) - config.patch_length) // config.patch_stride + 1
+    shape = (r.batch_size, config.num_input_channels, patches, config.patch_length)
+    return {PATCHED_WINDOW_INPUTS[type(r.model).__name__]: torch.randn(shape, generator=r.generator)}
+
+
 @builds(Stage.MAIN, when=lambda r: r.main_input == "past_values")
 def _time_series_windows(r: Request) -> dict[str, torch.Tensor]:
     # Time-series transformers: (batch, context, channels) windows, or (batch, context) for univariate ones.
@@ -380,7 +395,7 @@ def _trajectories(r: Request) -> dict[str, torch.Tensor]:
 
 
 @builds(Stage.MAIN, when=lambda r: r.main_input == "inputs_embeds" and hasattr(r.config, "encode_proj_layers"))
-def _projected_feature_pyramid(r: Request) -> dict[str, list[torch.Tensor]]:
+def _projected_feature_pyramid(r: Request) -> dict[str, list[torch.Tensor] | tuple[torch.Tensor, torch.Tensor]]:
     # RT-DETR-style hybrid encoders built alone read the backbone's levels projected to encoder_hidden_dim, each half
     # the size of the one before (the FPN upsamples by 2 and concatenates).
     levels = len(r.config.encoder_in_channels)
@@ -388,7 +403,19 @@ def _projected_feature_pyramid(r: Request) -> dict[str, list[torch.Tensor]]:
         (r.batch_size, r.config.encoder_hidden_dim, 2 ** (levels - level), 2 ** (levels - level))
         for level in range(levels)
     ]
-    return {"inputs_embeds": [torch.randn(shape, generator=r.generator) for shape in shapes]}
+    inputs: dict[str, list[torch.Tensor] | tuple[torch.Tensor, torch.Tensor]] = {
+        "inputs_embeds": [torch.randn(shape, generator=r.generator) for shape in shapes]
+    }
+    if "x4_feat" in r.parameters:
+        # PP-DocLayoutV3's mask branch adds the backbone's unprojected stride-4 level (twice the finest one's side) and
+        # its padding mask, as the (map, mask) pair its conv encoder returns.
+        side = 2 ** (levels + 1)
+        shape = (r.batch_size, r.config.x4_feat_dim, side, side)
+        inputs["x4_feat"] = (
+            torch.randn(shape, generator=r.generator),
+            torch.ones(r.batch_size, side, side, dtype=torch.bool),
+        )
+    return inputs
 
 
 @builds(Stage.MAIN, when=lambda r: r.main_input == "inputs_embeds")

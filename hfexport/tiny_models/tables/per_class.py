@@ -57,6 +57,14 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     },
 }
 
+# ── Configs a parent rewrites before building a class ──
+# Model class -> the prefix of the config entries its parent copies onto their plain names before building it
+# (SeamlessM4T's text-to-unit head copies every t2u_ entry, t2u_decoder_layers onto decoder_layers, for the
+# encoder-decoder and decoder it builds).
+PREFIXED_CONFIG_VIEWS: dict[str, str] = dict.fromkeys(
+    ("SeamlessM4TTextToUnitModel", "SeamlessM4Tv2TextToUnitModel", "SeamlessM4Tv2TextToUnitDecoder"), "t2u_"
+)
+
 # ── Classes no tiny model stands in for ──
 # Model class -> why no small config runs it eagerly here (a package the project cannot install, an input only a
 # runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
@@ -86,6 +94,9 @@ UNRUNNABLE: dict[str, str] = {
     "Sam3TrackerVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
     "Sam3VideoModel": "forward takes an inference_session (frames, text prompts, tracker state), not tensors",
     "EdgeTamVideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
+    # Its forward takes its model's heads as arguments (order_head, global_pointer, mask_query_head, norm).
+    "PPDocLayoutV3Decoder": "forward calls the heads its model passes in as arguments (order_head, global_pointer,"
+    " mask_query_head, norm): modules, not tensors",
     # Sample inputs have a batch of at least 2 (it stays a dynamic dimension).
     "TvpModel": "runs with batch size 1 only: its column position embeddings are viewed with the batch size",
 }

@@ -86,7 +86,13 @@ EMBEDDED_INPUTS = {
     "Qwen2_5OmniTalkerForConditionalGeneration": ("inputs_embeds",),
     # SeamlessM4T's text-to-unit encoder-decoders read the text decoder's states (they refuse input_ids).
     **dict.fromkeys(
-        ("SeamlessM4TTextToUnitModel", "SeamlessM4TTextToUnitForConditionalGeneration"), ("inputs_embeds",)
+        (
+            "SeamlessM4TTextToUnitModel",
+            "SeamlessM4TTextToUnitForConditionalGeneration",
+            "SeamlessM4Tv2TextToUnitModel",
+            "SeamlessM4Tv2TextToUnitForConditionalGeneration",
+        ),
+        ("inputs_embeds",),
     ),
 }
 # Model class -> what its pre-net reads as input_values: "token_ids" (text) or "mel_frames" (batch, frames, mel bins).
@@ -95,6 +101,11 @@ PRENET_INPUTS = {
     "SpeechT5DecoderWithTextPrenet": "token_ids",
     "SpeechT5DecoderWithSpeechPrenet": "mel_frames",
 }
+# Deformable-attention decoders that read exactly num_queries queries: PP-DocLayoutV4's reading-order heads mask each
+# query's score against itself with an eye(num_queries) table.
+FIXED_QUERY_TYPES = ("pp_doclayout_v4",)
+# Patch encoders built alone -> the forward parameter taking what their model's patchifier cuts from the window.
+PATCHED_WINDOW_INPUTS = {"PatchTSTEncoder": "patch_input", "PatchTSMixerEncoder": "past_values"}
 # Model class -> the forward parameter its main waveform goes to, where that is not input_values.
 WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
 # Model types whose question-answering and multiple-choice heads find the question by its separators: Longformer puts
