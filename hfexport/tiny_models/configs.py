@@ -7,6 +7,7 @@ architectures of the installed transformers build without a per-model recipe; ``
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import inspect
@@ -38,6 +39,7 @@ from .tables import (
     LAYER_INDEX_LIST_KEYS,
     LAYERS,
     OVERRIDES,
+    PREFIXED_CONFIG_VIEWS,
     SKIPPED_KEYS,
     STAGE_WIDTH_LIST_KEYS,
     SUFFIX_CAPS,
@@ -467,9 +469,20 @@ def tiny_config(
     elif overrides:
         config = _with_overrides(config, overrides)
     config = handed_sub_config(model_class, config)
+    if model_class.__name__ in PREFIXED_CONFIG_VIEWS:
+        config = _prefixed_view(config, PREFIXED_CONFIG_VIEWS[model_class.__name__])
     _complete_config(config)
     config._attn_implementation = _attn_implementation(model_class)
     return config
+
+
+def _prefixed_view(config: PretrainedConfig, prefix: str) -> PretrainedConfig:
+    # A copy, as the parent makes one: the prefixed entries stay, their plain names take their values.
+    view = copy.deepcopy(config)
+    for key, value in config.to_dict().items():
+        if key.startswith(prefix):
+            setattr(view, key.removeprefix(prefix), value)
+    return view
 
 
 def handed_sub_config(model_class: type[PreTrainedModel], config: PretrainedConfig) -> PretrainedConfig:

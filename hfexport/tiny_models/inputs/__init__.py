@@ -82,6 +82,9 @@ def _main_input(model: PreTrainedModel, parameters: set[str]) -> str:
         # Vision towers that inherit their model's text main input name (GotOcr2VisionEncoder) read images
         # (Kosmos2_5VisionModel as Pix2Struct's flattened patches).
         return images
+    if name == "inputs_embeds" and name not in parameters and "input_ids" in parameters:
+        # SeamlessM4T's unit vocoders name inputs_embeds their main input but read unit ids.
+        return "input_ids"
     embeds_only = "inputs_embeds" in parameters and "input_ids" not in parameters
     if isinstance(name, str) and name not in parameters and embeds_only:
         # Stacks whose model embeds the main input for them (DetrEncoder, TimeSeriesTransformerDecoder) read the

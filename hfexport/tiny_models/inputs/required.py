@@ -273,6 +273,14 @@ def _bounding_boxes(r: Request) -> dict[str, torch.Tensor]:
     return {"bbox": torch.cat([low, high], dim=-1)}
 
 
+@builds(Stage.REQUIRED, when=lambda r: "bbox_pos_emb" in r.missing)
+def _relative_box_embeddings(r: Request) -> dict[str, torch.Tensor]:
+    # BrosEncoder built alone: what its model's BrosBboxEmbeddings project from every token pair's relative box,
+    # (sequence, sequence, batch, head width), the layout its attention reads.
+    shape = (r.seq_length, r.seq_length, r.batch_size, r.config.dim_bbox_projection)
+    return {"bbox_pos_emb": torch.randn(shape, generator=r.generator)}
+
+
 def _sub_model_ids(r: Request) -> set[str]:
     # Ids for a sub-model's own tokenizer (InstructBLIP's Q-Former): "<prefix>_input_ids" beside a "<prefix>_config".
     return {n for n in r.missing if n.endswith("_input_ids") and hasattr(r.config, n.replace("_input_ids", "_config"))}
@@ -370,6 +378,35 @@ def _vocoder_spectrogram(r: Request) -> dict[str, torch.Tensor]:
     # HiFi-GAN vocoders built alone (SpeechT5HifiGan, FastSpeech2ConformerHifiGan) read (batch, frames, mel bins).
     shape = (r.batch_size, r.seq_length, r.config.model_in_dim)
     return {"spectrogram": torch.randn(shape, generator=r.generator)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "lang_id" in r.missing and hasattr(r.config, "vocoder_num_langs"))
+def _vocoder_speaker_and_language(r: Request) -> dict[str, torch.Tensor]:
+    # SeamlessM4T's unit vocoders built alone: beside the unit ids, one speaker and one target language per sample,
+    # (batch, 1) as the model passes them (spkr_id in v1, speaker_id in v2).
+    speaker = "spkr_id" if "spkr_id" in r.missing else "speaker_id"
+    return {
+        speaker: torch.randint(r.config.vocoder_num_spkrs, (r.batch_size, 1), generator=r.generator),
+        "lang_id": torch.randint(r.config.vocoder_num_langs, (r.batch_size, 1), generator=r.generator),
+    }
+
+
+# Characters per text token that SeamlessM4T v2's text-to-unit head reads (the processor's spelling of each token).
+_CHARACTERS_PER_TOKEN = 2
+
+
+@builds(Stage.REQUIRED, when=lambda r: "char_count_per_id" in r.parameters)
+def _token_characters(r: Request) -> dict[str, torch.Tensor]:
+    """SeamlessM4T v2's non-autoregressive text-to-unit head: the characters of every text token and their count per
+    token, beside the text decoder's states (its decoder built alone: as encoder_hidden_states)."""
+    inputs = {}
+    if "inputs_embeds" not in r.inputs:
+        shape = (r.batch_size, r.seq_length, r.config.hidden_size)
+        inputs["encoder_hidden_states"] = torch.randn(shape, generator=r.generator)
+    characters = (r.batch_size, _CHARACTERS_PER_TOKEN * r.seq_length)
+    inputs["char_input_ids"] = torch.randint(r.config.char_vocab_size, characters, generator=r.generator)
+    inputs["char_count_per_id"] = torch.full((r.batch_size, r.seq_length), _CHARACTERS_PER_TOKEN)
+    return inputs
 
 
 @builds(Stage.REQUIRED, when=lambda r: "mel_spectrogram" in r.missing and hasattr(r.config, "mel_dim"))
