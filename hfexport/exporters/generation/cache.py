@@ -88,6 +88,11 @@ def layout_from_cache(cache: Cache, max_cache_len: int, dtype: torch.dtype) -> C
                 f"hfexport's slot cache holds attention keys and values only; {type(layer).__name__} (layer {index}) "
                 "also keeps conv and recurrent states (the static-cache part generates with them)"
             )
+        if getattr(layer, "indexer_keys", None) is not None:  # DSA models: DynamicIndexedLayer (DeepSeek V3.2, AXK2)
+            raise NotImplementedError(
+                f"hfexport's slot cache holds attention keys and values only; {type(layer).__name__} (layer {index}) "
+                "also keeps the sparse-attention indexer's keys"
+            )
         if not isinstance(layer, CacheLayerMixin) or layer.keys is None:
             raise NotImplementedError(
                 f"export_for_generation supports attention KV caches only, got a {type(layer).__name__} layer"
