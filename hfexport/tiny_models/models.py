@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoConfig, PreTrainedModel
+from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
 from ..torch_compat import _BatchNorm
 from .classes import UnrunnableModelError, resolve_model_class
@@ -33,17 +35,57 @@ def tiny_model(
     config = tiny_config(name, checkout=checkout, overrides={**named_overrides(name), **(overrides or {})})
     torch.manual_seed(seed)
     try:
-        model = model_class(config)
+        model = _construct(model_class, config)
     except ValueError as error:
         # A sub-model (a vision backbone, a codec) may lack SDPA even where the outer class supports it.
         if "attention implementation" not in str(error) or config._attn_implementation == "eager":
             raise
         config._attn_implementation = "eager"
         torch.manual_seed(seed)
-        model = model_class(config)
+        model = _construct(model_class, config)
     if config.model_type in DEGENERATE_INIT:
         _REDRAWS[DEGENERATE_INIT[config.model_type]](model, torch.Generator().manual_seed(seed))
     return model.to(torch.float32).eval()
+
+
+def _construct(model_class: type[PreTrainedModel], config: PretrainedConfig) -> PreTrainedModel:
+    return _built_by_parent(model_class, config) if _arguments_beside_config(model_class) else model_class(config)
+
+
+def _arguments_beside_config(model_class: type[PreTrainedModel]) -> list[str]:
+    """The constructor arguments a class requires beside its config (PatchTSTEncoder's num_patches)."""
+    parameters = list(inspect.signature(model_class.__init__).parameters.values())[2:]  # self, config
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters if p.default is p.empty and p.kind in keyword]
+
+
+def _built_by_parent(model_class: type[PreTrainedModel], config: PretrainedConfig) -> PreTrainedModel:
+    """A sub-module class whose constructor takes more than its config (PatchTSTEncoder's num_patches, SwinEncoder's
+    grid_size), as its parent model builds it: taken from the first model class of its modeling module that builds
+    one from the same config."""
+    for parent_class in vars(sys.modules[model_class.__module__]).values():
+        if not _may_hold(parent_class, model_class, config):
+            continue
+        try:
+            parent = parent_class(config)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+            continue  # a head this config does not suit (another task's entries): not the parent
+        child = next((module for module in parent.modules() if type(module) is model_class), None)
+        if child is not None:
+            return child
+    arguments = ", ".join(_arguments_beside_config(model_class))
+    raise TypeError(f"{model_class.__name__} takes {arguments} beside its config; no model of its module builds one")
+
+
+def _may_hold(parent_class: Any, model_class: type[PreTrainedModel], config: PretrainedConfig) -> bool:
+    return (
+        isinstance(parent_class, type)
+        and issubclass(parent_class, PreTrainedModel)
+        and parent_class is not model_class
+        and isinstance(parent_class.config_class, type)  # None on some base classes
+        and isinstance(config, parent_class.config_class)
+        and not _arguments_beside_config(parent_class)
+    )
 
 
 def missing_packages(model_class: str) -> str | None:

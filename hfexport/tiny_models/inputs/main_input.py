@@ -14,6 +14,7 @@ from ..tables import (
     CODEBOOK_STACKED_TYPES,
     EMBEDDED_INPUTS,
     FIXED_QUERY_TYPES,
+    MONO_CHANNEL_WAVEFORM_TYPES,
     PATCH_IMAGE_TYPES,
     PATCHED_WINDOW_INPUTS,
     PRENET_INPUTS,
@@ -223,6 +224,21 @@ def _packed_patch_rows(r: Request) -> dict[str, torch.Tensor]:
     return {"pixel_values": strip, "target_sizes": torch.tensor([[side, side]] * r.batch_size)}
 
 
+@builds(Stage.MAIN, when=lambda r: "aspect_ratio_ids" in r.required and hasattr(r.config, "max_num_tiles"))
+def _tiled_images(r: Request) -> dict[str, torch.Tensor]:
+    """Mllama's tower: one image per sample cut into max_num_tiles tiles, (batch, images, tiles, channels, height,
+    width), with the id of the first supported aspect ratio that fills them (ids count from 1: 0 is padding)."""
+    tiles = r.config.max_num_tiles
+    ratio_id = 1 + next(i for i, (h, w) in enumerate(r.config.supported_aspect_ratios) if h * w == tiles)
+    size = r.config.image_size
+    shape = (r.batch_size, 1, tiles, r.config.num_channels, size, size)
+    return {
+        "pixel_values": torch.randn(shape, generator=r.generator),
+        "aspect_ratio_ids": torch.full((r.batch_size, 1), ratio_id),
+        "aspect_ratio_mask": torch.ones(r.batch_size, 1, tiles, dtype=torch.long),
+    }
+
+
 @builds(Stage.MAIN, when=lambda r: "boxes" in r.required and hasattr(r.config, "num_classes"))
 def _detected_layout_elements(r: Request) -> dict[str, torch.Tensor]:
     """Reading-order heads built alone (PPDocLayoutV2ReadingOrder) read their detector's boxes, as (x0, y0, x1, y1) on
@@ -297,6 +313,10 @@ def _waveforms(r: Request) -> dict[str, torch.Tensor]:
         # Waveform patch encoders (Muse Spark) cut the audio into patches of the product of their patch sizes.
         length = -(-length // patch) * patch
     name = WAVEFORM_INPUTS.get(type(r.model).__name__, "input_values")
+    audio = audio_config(r.config)
+    if audio.model_type in MONO_CHANNEL_WAVEFORM_TYPES:
+        # Their conv strides are the audio encoder's, also where a CTC head wraps it.
+        return {name: torch.randn(r.batch_size, 1, waveform_length(audio, r.seq_length), generator=r.generator)}
     # Neural audio codecs (encodec, dac, mimi, xcodec, pocket_tts) take (batch, channels, time); speech encoders
     # (batch, time).
     is_codec = hasattr(r.config, "codebook_size") or hasattr(r.config, "audio_channels")

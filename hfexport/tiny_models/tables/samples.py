@@ -106,6 +106,9 @@ PRENET_INPUTS = {
 FIXED_QUERY_TYPES = ("pp_doclayout_v4",)
 # Patch encoders built alone -> the forward parameter taking what their model's patchifier cuts from the window.
 PATCHED_WINDOW_INPUTS = {"PatchTSTEncoder": "patch_input", "PatchTSMixerEncoder": "past_values"}
+# Speech encoders whose conv front end reads (batch, 1, samples) waveforms without adding the channel itself (their CTC
+# and LLM wrappers pass them so): the audio config's model type.
+MONO_CHANNEL_WAVEFORM_TYPES = ("omniasr_audio",)
 # Model class -> the forward parameter its main waveform goes to, where that is not input_values.
 WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
 # Model types whose question-answering and multiple-choice heads find the question by its separators: Longformer puts
