@@ -61,3 +61,23 @@ def test_beit_segmentation_heads_read_four_layers(name: str) -> None:
     with torch.no_grad():
         logits = model(pixel_values=pixels).logits
     assert logits.shape[:2] == (2, model.config.num_labels)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # Mask queries in the last num_blocks layers: 4 of 2 never joined ("expected input ... to have 32 channels").
+        "EomtForUniversalSegmentation",
+        pytest.param("EomtDinov3ForUniversalSegmentation", marks=pytest.mark.slow),
+        # The decoder reads the tower's layers 3, 6 and 9 of 2 ("tuple index out of range").
+        "CLIPSegForImageSegmentation",
+        # The MAE decoder's sizes are left to checkpoints ("found element of type NoneType").
+        "HieraForPreTraining",
+    ],
+)
+def test_a_head_reads_only_layers_and_sizes_its_tiny_config_has(name: str) -> None:
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        output = model(**inputs)
+    assert all(value.isfinite().all() for value in output.values() if isinstance(value, torch.Tensor))

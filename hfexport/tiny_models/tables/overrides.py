@@ -214,6 +214,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
             "scale_final_hidden_sizes": [HIDDEN, HIDDEN],
         },
     },
+    # The last num_blocks layers read the mask queries (4 of 24 at full size): one of the two tiny layers, the first
+    # layer runs without them.
+    **{segmenter: {"num_blocks": 1} for segmenter in ("eomt", "eomt_dinov3")},
+    # The pre-training head's decoder is left to checkpoints (None by default; 512 wide, 8 layers at full size).
+    "hiera": {"decoder_hidden_size": HIDDEN, "decoder_depth": 1, "decoder_num_heads": HEADS},
     # The FPN upscales the 4 x 4 patch grid of a 32-pixel image by 4, 2 and 1: the mask decoder reads these sizes.
     "sam3_vision_model": {"backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
     # The yes/no logits are read at full-size vocabulary ids: any two ids of the tiny vocabulary.

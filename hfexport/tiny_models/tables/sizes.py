@@ -141,8 +141,9 @@ CAPS = {
 CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim"})
 STAGE_WIDTH_LIST_KEYS = frozenset({"hidden_sizes", "embed_dim", "embedding_dims"})
 DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
-# Indices of the layers whose hidden states an outer model reads (depth_pro's fusion of its encoder's layers).
-LAYER_INDEX_LIST_KEYS = frozenset({"intermediate_hook_ids"})
+# Indices of the layers whose hidden states an outer model reads (depth_pro's fusion of its encoder's layers, CLIPSeg's
+# decoder, Mllama's vision tower concatenating its intermediate layers' states).
+LAYER_INDEX_LIST_KEYS = frozenset({"intermediate_hook_ids", "extract_layers", "intermediate_layers_indices"})
 # Switches that would need optional dependencies or downloads (timm, pretrained backbones).
 FORCED = {"use_timm_backbone": False, "use_pretrained_backbone": False}
 # Config entries that are bookkeeping, not architecture: the constructor sets them itself.
