@@ -1041,13 +1041,15 @@ def test_a_blip2_head_reading_text_through_the_qformer_has_its_text_feed_forward
     [
         ("patchtst", "PatchTSTEncoder"),
         pytest.param("patchtsmixer", "PatchTSMixerEncoder", marks=pytest.mark.slow),
-        ("bros", "BrosEncoder"),
+        pytest.param("bros", "BrosEncoder", marks=pytest.mark.slow),
+        ("prophetnet", "ProphetNetDecoderWrapper"),
     ],
 )
 def test_a_sub_module_built_alone_is_built_and_fed_as_its_model_does_it(module: str, name: str) -> None:
     # Were "__init__() missing 1 required positional argument: 'num_patches'" (taken from its model, which passes
-    # its patchifier's count), "mat1 and mat2 shapes cannot be multiplied (64x1 and 8x8)" (an unpatched window) and
-    # "missing 1 required positional argument: 'bbox_pos_emb'".
+    # its patchifier's count), "mat1 and mat2 shapes cannot be multiplied (64x1 and 8x8)" (an unpatched window),
+    # "missing 1 required positional argument: 'bbox_pos_emb'" and "Either `decoder_input_ids` or
+    # `decoder_inputs_embeds` has to be passed" (a wrapper's *args, beside its shared embeddings, are its decoder's).
     model_class = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
     model = tiny_model(model_class)
     assert type(model) is model_class and not model.training

@@ -67,10 +67,11 @@ def sample_inputs(
 
 def _forward_parameters(model: PreTrainedModel) -> Mapping[str, inspect.Parameter]:
     parameters = inspect.signature(model.forward).parameters
-    children = list(model.children())
+    # Its sub-models: a wrapper may also hold the embeddings it shares (ProphetNetDecoderWrapper's word_embeddings).
+    children = [child for child in model.children() if isinstance(child, PreTrainedModel)]
     if len(children) == 1 and all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters.values()):
-        # A wrapper passing all its arguments on to its one sub-module (BartDecoderWrapper: self.decoder(*args,
-        # **kwargs)) takes that sub-module's inputs.
+        # A wrapper passing all its arguments on to its one sub-model (BartDecoderWrapper: self.decoder(*args,
+        # **kwargs)) takes that sub-model's inputs.
         return inspect.signature(children[0].forward).parameters
     return parameters
 
