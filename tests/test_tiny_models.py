@@ -1191,6 +1191,7 @@ def test_a_large_kernel_text_detector_builds_with_the_layouts_left_to_checkpoint
             "qwen3_omni_moe", "Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration", marks=pytest.mark.slow
         ),
         pytest.param("qwen3_omni_moe", "Qwen3OmniMoeCode2Wav", marks=pytest.mark.slow),
+        pytest.param("qwen3_omni_moe", "Qwen3OmniMoeCode2WavDecoderBlock", marks=pytest.mark.slow),
         pytest.param("qwen2_5_omni", "Qwen2_5OmniTalkerForConditionalGeneration", marks=pytest.mark.slow),
         pytest.param("qwen2_5_omni", "Qwen2_5OmniToken2WavDiTModel", marks=pytest.mark.slow),
         pytest.param("qwen2_5_omni", "Qwen2_5OmniToken2WavModel", marks=pytest.mark.slow),
@@ -1199,8 +1200,8 @@ def test_a_large_kernel_text_detector_builds_with_the_layouts_left_to_checkpoint
 def test_qwen_omni_sub_models_read_what_their_model_hands_them(module: str, name: str) -> None:
     # Each failed alone: the audio towers read packed (mel bins, frames) features and per-sample lengths ("unsupported
     # operand type(s) for /: 'NoneType'"), the talkers and the code predictor the thinker's states (no embed_tokens /
-    # no shared_expert_intermediate_size / spatial_merge_size in their configs), Code2Wav every quantizer's codes and
-    # Token2Wav codes, a speaker vector and a reference mel.
+    # no shared_expert_intermediate_size / spatial_merge_size in their configs), Code2Wav every quantizer's codes (its
+    # upsampling block what the block before it wrote) and Token2Wav codes, a speaker vector and a reference mel.
     model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
     inputs = sample_inputs(model)
     if "feature_lens" in inputs:
@@ -1255,3 +1256,22 @@ def test_a_layout_detector_orders_its_detections(name: str) -> None:
     assert logits.shape[0] == 2 and logits.shape[-1] == logits.shape[-2]
     if "boxes" in inputs:
         assert inputs["boxes"].shape == (2, 7, 4) and bool(inputs["mask"].all())
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # Was "missing 2 required positional arguments: 'aspect_ratio_ids' and 'aspect_ratio_mask'", then an index
+        # beyond the tiny tower's layers: its tiles, their aspect ratio, and intermediate layers within the tower.
+        ("MllamaVisionModel", {"pixel_values": (2, 1, 4, 3, 32, 32), "aspect_ratio_ids": (2, 1)}),
+        # Was "mat1 and mat2 shapes cannot be multiplied (8x128 and 64x4096)": the pixel-shuffled states are four
+        # times the tower's width, which the projector reads as intermediate_size.
+        pytest.param("Llama4VisionModel", {"pixel_values": (2, 3, 32, 32)}, marks=pytest.mark.slow),
+    ],
+)
+def test_a_vlm_vision_tower_runs_on_the_images_its_model_hands_it(name: str, expected: dict[str, tuple]) -> None:
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    assert {key: tuple(inputs[key].shape) for key in expected} == expected
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[0] == 2

@@ -217,6 +217,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The last num_blocks layers read the mask queries (4 of 24 at full size): one of the two tiny layers, the first
     # layer runs without them.
     **{segmenter: {"num_blocks": 1} for segmenter in ("eomt", "eomt_dinov3")},
+    # The image and prompt halves run apart until merge_index (2 of 24 at full size), and the decoder reads the layers
+    # intermediate_hidden_state_indices names (5, 11, 17, 23), none of them before the merge: three tiny layers.
+    "seggpt": {"num_hidden_layers": 3, "merge_index": 1, "intermediate_hidden_state_indices": [1, 2]},
+    # The fusion blocks upsample the backbone's map by 2 onto the conv stream's stride-8 detail map: stride-16 patches.
+    # Checkpoints read the image and its trimap stacked (4 channels, as the image processor makes them).
+    "vitmatte": {"backbone_config": {"patch_size": 16, "num_channels": 4}},
     # The pre-training head's decoder is left to checkpoints (None by default; 512 wide, 8 layers at full size).
     "hiera": {"decoder_hidden_size": HIDDEN, "decoder_depth": 1, "decoder_num_heads": HEADS},
     # The FPN upscales the 4 x 4 patch grid of a 32-pixel image by 4, 2 and 1: the mask decoder reads these sizes.
@@ -246,6 +252,15 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The detector's per-label score thresholds and reading-order categories are left to checkpoints (None): one each
     # for the default config's two labels.
     "pp_doclayout_v2": {"class_thresholds": [0.5, 0.5], "class_order": [0, 1]},
+    # The pixel-shuffle projector reads the tower's states unshuffled into 1 / pixel_shuffle_ratio**2 (4) times the
+    # width, as intermediate_size (5632 = 4 x 1408 at full size); it projects to vision_output_dim (checkpoints set
+    # both projector widths to it; the default's 4096 x 4096 projection alone would hold 16M weights).
+    "llama4_vision_model": {
+        "intermediate_size": 4 * HIDDEN,
+        "projector_input_dim": HIDDEN,
+        "projector_output_dim": HIDDEN,
+        "vision_output_dim": HIDDEN,
+    },
     # The adapter reads the 25th and 19th vision layers; the tiny tower has two.
     "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.

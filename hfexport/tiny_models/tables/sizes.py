@@ -134,6 +134,8 @@ CAPS = {
     "state_size": 16,
     "mamba_chunk_size": 32,
     "chunk_size": 32,
+    # Qwen3-Omni's Code2Wav halves its waveform decoder's width at each of its 4 upsampling blocks.
+    "decoder_dim": 64,
     # Depthwise upsampling convs (mimi, pocket_tts) have one group per hidden channel.
     "upsample_groups": HIDDEN,
 }
