@@ -121,6 +121,14 @@ def _speech_codes_and_speaker(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+@builds(Stage.REQUIRED, when=lambda r: "hidden" in r.missing)
+def _conv_block_features(r: Request) -> dict[str, torch.Tensor]:
+    # Upsampling blocks of code-to-waveform decoders built alone (Qwen3-Omni's Code2WavDecoderBlock, the first of its
+    # model's): what the previous block wrote, (batch, channels its first conv reads, frames).
+    conv = next(m for m in r.model.modules() if isinstance(m, torch.nn.Conv1d | torch.nn.ConvTranspose1d))
+    return {"hidden": torch.randn(r.batch_size, conv.in_channels, r.seq_length, generator=r.generator)}
+
+
 @builds(Stage.REQUIRED, when=lambda r: "codes" in r.missing and hasattr(r.config, "num_quantizers"))
 def _quantizer_codes(r: Request) -> dict[str, torch.Tensor]:
     # Code-to-waveform decoders (Qwen3-Omni's Code2Wav) read every quantizer's codes: (batch, quantizers, frames).
