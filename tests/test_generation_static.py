@@ -72,6 +72,23 @@ def test_static_cache_generation_of_an_alibi_model_matches_eager() -> None:
     )
 
 
+def test_static_cache_generation_of_a_sparse_attention_model_carries_the_indexer_keys() -> None:
+    # DeepSeek V3.2's StaticIndexedLayer keeps the indexer's keys beside keys and values: they go in and out of the
+    # decode program too (the part declined the model before, "holds indexer_keys").
+    model = tiny_model("DeepseekV32ForCausalLM", seed=0)
+    input_ids = sample_inputs(model)["input_ids"]
+    expected = eager_tokens(model, input_ids)
+    exported = _static_export(model)
+    assert {name for _, name, _ in exported.manifest["generation"]["cache"]["entries"]} == {
+        "keys",
+        "values",
+        "indexer_keys",
+    }
+    assert exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist() == (
+        expected.tolist()
+    )
+
+
 @pytest.mark.parametrize("name", ["JambaForCausalLM", "FalconH1ForCausalLM"])
 def test_transformers_module_declines_linear_attention_layers_with_the_reason(name: str) -> None:
     # Its wrapper raised on Jamba's layers ("'LinearAttentionLayer' object has no attribute 'keys'") and lost

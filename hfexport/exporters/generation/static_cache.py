@@ -30,9 +30,11 @@ if TYPE_CHECKING:
 
 STATIC_LAYOUT = "transformers-static"
 ATTENTION_STATES = ("keys", "values")
+# A sparse-attention indexer's keys (StaticIndexedLayer: DeepSeek V3.2, GLM-MoE-DSA, AXK2), beside the layer's keys.
+INDEXER_STATES = ("indexer_keys",)
 LINEAR_STATES = ("conv_states", "recurrent_states")
 # Bookkeeping the loader sets from the step's inputs, not state carried between steps.
-_POSITION_STATES = ("cumulative_length",)
+_POSITION_STATES = ("cumulative_length", "indexer_cumulative_length")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +57,8 @@ class StaticLayout:
             layer = cache.layers[layer_index]
             if ("keys", None) in layer_states:
                 _load_attention(layer, layer_states["keys", None], layer_states["values", None], cache_position, seen)
+            if ("indexer_keys", None) in layer_states:
+                _load_indexer(layer, layer_states["indexer_keys", None], cache_position)
             for (name, index), state in layer_states.items():
                 if name in LINEAR_STATES:
                     _load_linear(layer, name, index, state)
@@ -83,6 +87,12 @@ def _load_attention(layer: Any, keys: torch.Tensor, values: torch.Tensor, positi
         layer.cumulative_length_int = seen
 
 
+def _load_indexer(layer: Any, indexer_keys: torch.Tensor, position: torch.Tensor) -> None:
+    layer.lazy_initialization_indexer(indexer_keys[:, :0])
+    layer.indexer_keys.copy_(indexer_keys)
+    layer.indexer_cumulative_length.copy_(position[0])
+
+
 def _load_linear(layer: Any, name: str, index: int, state: torch.Tensor) -> None:
     layer.lazy_initialization(**{name: state, "state_idx": index})
     getattr(layer, name)[index].copy_(state)
@@ -107,6 +117,9 @@ def static_layout(cache: Cache, max_cache_len: int) -> StaticLayout:
         if isinstance(getattr(layer, "keys", None), torch.Tensor):
             entries += [(layer_index, name, None) for name in ATTENTION_STATES]
             known.update(ATTENTION_STATES)
+        if isinstance(getattr(layer, "indexer_keys", None), torch.Tensor):
+            entries += [(layer_index, name, None) for name in INDEXER_STATES]
+            known.update(INDEXER_STATES)
         unknown = [name for name, value in vars(layer).items() if isinstance(value, torch.Tensor) and name not in known]
         if unknown:
             raise NotImplementedError(
