@@ -199,6 +199,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The talker's MoE blocks read their shared expert's width, which its config class does not declare (checkpoints
     # store it in config.json).
     "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": INTERMEDIATE},
+    # The vision and audio tokenizers' codes are token ids from these offsets on, their two ranges back to back inside
+    # the vocabulary: 16 codes each, below the special ids remapped to its top end.
+    "apertus1p5": {
+        "image_token_offset": VOCAB // 2,
+        "audio_token_offset": VOCAB // 2 + 16,
+        "vision_config": {"codebook_size": 16},
+        "audio_config": {"codebook_size": 16},
+    },
     # Full-attention blocks are named by layer index; windows are in pixels, at least one merged patch (2 x 8).
     "qwen2_5_vl_vision": {"fullatt_block_indexes": [1], "window_size": 16},
     "qwen2_5_omni_vision_encoder": {"fullatt_block_indexes": [1], "window_size": 16},
@@ -261,6 +269,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "projector_output_dim": HIDDEN,
         "vision_output_dim": HIDDEN,
     },
+    # The VQ-VAE decodes num_patches x num_patches image tokens, which its model sets to its vision tower's patch grid:
+    # built alone, the grid its encoder leaves of a tiny image (five resolutions downsample it 16-fold).
+    "janus_vqgan": {"num_patches": IMAGE_SIZE // 16},
     # The adapter reads the 25th and 19th vision layers; the tiny tower has two.
     "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
     # The text model falls back to full-size M-RoPE sections when its rope parameters name none.
