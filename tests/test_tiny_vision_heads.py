@@ -73,11 +73,32 @@ def test_beit_segmentation_heads_read_four_layers(name: str) -> None:
         "CLIPSegForImageSegmentation",
         # The MAE decoder's sizes are left to checkpoints ("found element of type NoneType").
         "HieraForPreTraining",
+        # The decoder reads layers 5, 11, 17 and 23 of 2 ("torch.cat(): expected a non-empty list of Tensors").
+        "SegGptForImageSegmentation",
     ],
 )
 def test_a_head_reads_only_layers_and_sizes_its_tiny_config_has(name: str) -> None:
     model = tiny_model(name)
     inputs = sample_inputs(model)
+    with torch.no_grad():
+        output = model(**inputs)
+    assert all(value.isfinite().all() for value in output.values() if isinstance(value, torch.Tensor))
+
+
+@pytest.mark.parametrize(
+    ("name", "pixels"),
+    [
+        # A pair of images per sample (was "Input must be a 5D tensor").
+        ("SuperGlueForKeypointMatching", (2, 2, 3, 32, 32)),
+        # The image and its trimap, with stride-16 patches the fusion blocks upsample onto the stride-8 detail map
+        # (was "Sizes of tensors must match").
+        ("VitMatteForImageMatting", (2, 4, 32, 32)),
+    ],
+)
+def test_an_image_head_reads_the_images_its_processor_makes(name: str, pixels: tuple[int, ...]) -> None:
+    model = tiny_model(name)
+    inputs = sample_inputs(model)
+    assert tuple(inputs["pixel_values"].shape) == pixels
     with torch.no_grad():
         output = model(**inputs)
     assert all(value.isfinite().all() for value in output.values() if isinstance(value, torch.Tensor))

@@ -75,7 +75,10 @@ def pixel_values(r: Request, video: bool = False) -> torch.Tensor:
     size = getattr(vision, "image_size", None) or getattr(vision, "crop_size", IMAGE_SIZE)
     height, width = (size, size) if isinstance(size, int) else tuple(size)[-2:]
     height, width = IMAGE_SIZES.get(r.config.model_type, (height, width))
-    channels = getattr(vision, "num_channels", None) or getattr(vision, "in_chans", 3)
+    # Models on a backbone (VitMatte: the image and its trimap) read the channels their backbone embeds.
+    backbone = getattr(vision, "backbone_config", None)
+    channels = getattr(vision, "num_channels", None) or getattr(backbone, "num_channels", None)
+    channels = channels or getattr(vision, "in_chans", 3)
     frames = getattr(vision, "num_frames", None) or getattr(vision, "frames_per_clip", None)
     frames = CLIP_TYPES.get(r.config.model_type, frames if frames or not video else FRAMES)
     clip = (frames,) if isinstance(frames, int) else ()

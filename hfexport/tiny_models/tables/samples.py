@@ -59,6 +59,7 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     # Decoders of encoder-decoder models, built alone (sub-module classes the gate selects): they cross-attend.
     "t5_gemma_module": ("encoder_hidden_states",),
     "t5gemma2_decoder": ("encoder_hidden_states",),
+    "pix2struct_text_model": ("encoder_hidden_states",),
     **dict.fromkeys(("moonshine_streaming", "cohere_asr"), ("encoder_hidden_states",)),
     # The question-answering head decodes its answer: without decoder ids (or labels) it raises.
     "blip": ("decoder_input_ids",),
@@ -124,6 +125,7 @@ CLIP_TYPES = {
     "pi0": 1,
     "pi05": 1,
     "lightglue": 2,
+    "superglue": 2,
     "efficientloftr": 2,
     "idefics": 1,
     "perceiver": None,
