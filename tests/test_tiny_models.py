@@ -1043,18 +1043,32 @@ def test_a_blip2_head_reading_text_through_the_qformer_has_its_text_feed_forward
         pytest.param("patchtsmixer", "PatchTSMixerEncoder", marks=pytest.mark.slow),
         pytest.param("bros", "BrosEncoder", marks=pytest.mark.slow),
         ("prophetnet", "ProphetNetDecoderWrapper"),
+        pytest.param("pix2struct", "Pix2StructTextModel", marks=pytest.mark.slow),
+        pytest.param("t5gemma", "T5GemmaEncoderModel", marks=pytest.mark.slow),
     ],
 )
 def test_a_sub_module_built_alone_is_built_and_fed_as_its_model_does_it(module: str, name: str) -> None:
     # Were "__init__() missing 1 required positional argument: 'num_patches'" (taken from its model, which passes
     # its patchifier's count), "mat1 and mat2 shapes cannot be multiplied (64x1 and 8x8)" (an unpatched window),
     # "missing 1 required positional argument: 'bbox_pos_emb'" and "Either `decoder_input_ids` or
-    # `decoder_inputs_embeds` has to be passed" (a wrapper's *args, beside its shared embeddings, are its decoder's).
+    # `decoder_inputs_embeds` has to be passed" (a wrapper's *args, beside its shared embeddings, are its decoder's),
+    # "no attribute 'initializer_range'" (which Pix2StructConfig sets on its text config) and "only supports
+    # encoder-only model".
     model_class = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
     model = tiny_model(model_class)
     assert type(model) is model_class and not model.training
     with torch.no_grad():
         assert _first_tensor(model(**sample_inputs(model))).shape[0] == 2
+
+
+def test_visual_bert_region_to_phrase_head_scores_regions_against_the_tokens_it_selects() -> None:
+    # Was "`region_to_phrase_position` should not be None when using Flickr Model".
+    model = tiny_model("VisualBertForRegionToPhraseAlignment")
+    inputs = sample_inputs(model)
+    regions = inputs["visual_embeds"].shape[1]
+    assert inputs["region_to_phrase_position"].shape == (2, 7 + regions)
+    with torch.no_grad():
+        assert model(**inputs).logits.shape == (2, 7 + regions, regions)
 
 
 def test_bridgetower_contrastive_head_reads_text_and_image_at_the_models_width() -> None:

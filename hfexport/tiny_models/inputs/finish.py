@@ -25,6 +25,19 @@ def _detector_regions(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+@builds(Stage.AUXILIARY, when=lambda r: "region_to_phrase_position" in r.parameters and "input_ids" in r.inputs)
+def _phrase_regions(r: Request) -> dict[str, torch.Tensor]:
+    """VisualBERT's region-to-phrase head (Flickr30k entities) scores detector regions against the tokens it selects:
+    the regions' features and mask, and one position per text and region token (each its own) to select."""
+    regions = 5
+    tokens = r.inputs["input_ids"].shape[1] + regions
+    return {
+        "visual_embeds": torch.randn(r.batch_size, regions, r.config.visual_embedding_dim, generator=r.generator),
+        "visual_attention_mask": torch.ones(r.batch_size, regions, dtype=torch.long),
+        "region_to_phrase_position": torch.arange(tokens).expand(r.batch_size, -1).clone(),
+    }
+
+
 @builds(
     Stage.AUXILIARY,
     when=lambda r: "pixel_values" in r.inputs and "noise" in r.parameters and hasattr(r.config, "mask_ratio"),

@@ -45,6 +45,10 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
         segmenter: {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]}
         for segmenter in ("BeitForSemanticSegmentation", "Data2VecVisionForSemanticSegmentation")
     },
+    # Built alone, its text config lacks the initializer range that Pix2StructConfig sets on it (its default, 0.02).
+    "Pix2StructTextModel": {"initializer_range": 0.02},
+    # The encoder-only model refuses the encoder-decoder config its type defaults to (encoder-only checkpoints say so).
+    "T5GemmaEncoderModel": {"is_encoder_decoder": False},
     # Built alone, its decoder config lacks the dropout rate that T5Gemma2Config sets on its sub-configs.
     "T5Gemma2Decoder": {"dropout_rate": 0.0},
     # Its 3D rope reads the vision tower's merge size, which its config (no model type, so no OVERRIDES entry) does
