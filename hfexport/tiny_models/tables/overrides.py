@@ -287,6 +287,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         head: {"backbone_config": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]}}
         for head in ("depth_anything", "prompt_depth_anything", "tipsv2_dpt")
     },
+    # CHMv2's head reassembles four backbone layers, each with its class token: return_class_token, which the DINOv3
+    # config does not declare (the shrunk config drops it), is what the parent's default backbone sets.
+    "chmv2": {"backbone_config": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4], "return_class_token": True}},
     # The quantizer has no projections around it: its codebook vectors are hidden_size wide.
     **{codec: {"codebook_dim": HIDDEN} for codec in ("wavtokenizer", "wavtokenizer_encoder")},
     # ZoeDepth's metric head reads the neck's fused features: bottleneck_features is the fusion width.
