@@ -92,6 +92,8 @@ UNRUNNABLE: dict[str, str] = {
     " timm produces",
     # No forward of their own: they only generate (Bark chains three sub-models) or encode/decode (a VQ-VAE).
     "BarkModel": "no forward: generation chains its semantic, coarse and fine sub-models (generate only)",
+    "BarkFineModel": "forward takes codebook_idx, a Python int choosing the codebook it predicts (its generate loop"
+    " passes each in turn), which an exported program holds as a constant, not an input",
     "GlmImageVQVAE": "no forward: a VQ-VAE used through encode and decode only",
     # Video trackers read their frames, prompts and memory bank from a mutable session object, not from tensors.
     "Sam2VideoModel": "forward takes an inference_session (frames, prompts, memory bank), not tensors",
