@@ -1281,6 +1281,17 @@ def test_a_layout_detector_orders_its_detections(name: str) -> None:
         # Was "mat1 and mat2 shapes cannot be multiplied (8x128 and 64x4096)": the pixel-shuffled states are four
         # times the tower's width, which the projector reads as intermediate_size.
         pytest.param("Llama4VisionModel", {"pixel_values": (2, 3, 32, 32)}, marks=pytest.mark.slow),
+        # Was "mat1 and mat2 shapes cannot be multiplied (192x32 and 192x32)": images instead of crops cut into
+        # num_position_embeddings patches of 3 x 8 x 8 pixels.
+        pytest.param("Molmo2VisionModel", {"pixel_values": (2, 16, 192)}, marks=pytest.mark.slow),
+        # Was "missing 2 required positional arguments: 'image_features' and 'pooled_patches_idx'": two vision layers'
+        # features per patch, and the patches each of 2 x 7 tokens pools.
+        pytest.param(
+            "Molmo2Adapter", {"image_features": (2, 28, 64), "pooled_patches_idx": (14, 4)}, marks=pytest.mark.slow
+        ),
+        # Was "Expected `image_tokens` to have shape `(batch_size, 1024)`": the decoder reads the 2 x 2 tokens its
+        # encoder leaves of a tiny image.
+        pytest.param("JanusVQVAE", {"pixel_values": (2, 3, 32, 32)}, marks=pytest.mark.slow),
     ],
 )
 def test_a_vlm_vision_tower_runs_on_the_images_its_model_hands_it(name: str, expected: dict[str, tuple]) -> None:
@@ -1288,4 +1299,4 @@ def test_a_vlm_vision_tower_runs_on_the_images_its_model_hands_it(name: str, exp
     inputs = sample_inputs(model)
     assert {key: tuple(inputs[key].shape) for key in expected} == expected
     with torch.no_grad():
-        assert model(**inputs).last_hidden_state.shape[0] == 2
+        assert torch.isfinite(model(**inputs)[0]).all()

@@ -263,6 +263,42 @@ def _image_reader_input(r: Request) -> str | None:
     return handed if reads[:1] == ["pixel_values"] and handed in r.required else None
 
 
+# Patches each pooled image token gathers (Molmo2's 2 x 2 pooling window).
+_POOLED_PATCHES = 4
+
+
+@builds(Stage.MAIN, when=lambda r: {"image_features", "pooled_patches_idx"} <= r.required)
+def _patches_to_pool(r: Request) -> dict[str, torch.Tensor]:
+    """Molmo2's adapter: every crop's patch features from the vision layers it reads, concatenated (crops, patches,
+    hidden_size * layers), and which _POOLED_PATCHES patches of the flattened crops each image token pools (seq_length
+    tokens per crop; -1 pads a window at the image's edge: the first token's last slot)."""
+    patches = _POOLED_PATCHES * r.seq_length
+    width = r.config.hidden_size * len(r.config.vision_feature_layer)
+    pooled = torch.arange(r.batch_size * patches).view(-1, _POOLED_PATCHES)
+    pooled[0, -1] = -1
+    return {
+        "image_features": torch.randn(r.batch_size, patches, width, generator=r.generator),
+        "pooled_patches_idx": pooled,
+    }
+
+
+def _embeds_cut_patches(r: Request) -> bool:
+    # A tower whose first layer is a linear patch embedding of one patch's pixels, its positions fixed in number.
+    first = next((m for m in r.model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Conv2d)), None)
+    vision = image_config(r.config)
+    pixels = getattr(vision, "num_channels", 3) * getattr(vision, "patch_size", 0) ** 2
+    linear = isinstance(first, torch.nn.Linear) and first.in_features == pixels
+    return r.main_input == "pixel_values" and linear and getattr(vision, "num_position_embeddings", None) is not None
+
+
+@builds(Stage.MAIN, when=_embeds_cut_patches)
+def _cut_patches(r: Request) -> dict[str, torch.Tensor]:
+    # Molmo2's tower reads the crops its processor cut into patches: (crops, num_position_embeddings, pixels per patch).
+    vision = image_config(r.config)
+    shape = (r.batch_size, vision.num_position_embeddings, vision.num_channels * vision.patch_size**2)
+    return {"pixel_values": torch.randn(shape, generator=r.generator)}
+
+
 @builds(Stage.MAIN, when=lambda r: _image_reader_input(r) is not None)
 def _images_handed_on(r: Request) -> dict[str, torch.Tensor]:
     # Their parent calls them with its images (SLANetForTableRecognition: self.backbone(pixel_values)).
