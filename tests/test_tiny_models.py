@@ -37,6 +37,8 @@ MAX_PARAMETERS = 1_000_000
 
 
 def _first_tensor(output: object) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):  # a stack returning its states alone (BltLocalDecoder)
+        return output
     values = output.values() if hasattr(output, "values") else output
     return next(v for v in values if isinstance(v, torch.Tensor))
 
@@ -1045,6 +1047,8 @@ def test_a_blip2_head_reading_text_through_the_qformer_has_its_text_feed_forward
         ("prophetnet", "ProphetNetDecoderWrapper"),
         pytest.param("pix2struct", "Pix2StructTextModel", marks=pytest.mark.slow),
         pytest.param("t5gemma", "T5GemmaEncoderModel", marks=pytest.mark.slow),
+        pytest.param("blt", "BltLocalEncoder", marks=pytest.mark.slow),
+        pytest.param("blt", "BltLocalDecoder", marks=pytest.mark.slow),
     ],
 )
 def test_a_sub_module_built_alone_is_built_and_fed_as_its_model_does_it(module: str, name: str) -> None:
@@ -1052,8 +1056,9 @@ def test_a_sub_module_built_alone_is_built_and_fed_as_its_model_does_it(module: 
     # its patchifier's count), "mat1 and mat2 shapes cannot be multiplied (64x1 and 8x8)" (an unpatched window),
     # "missing 1 required positional argument: 'bbox_pos_emb'" and "Either `decoder_input_ids` or
     # `decoder_inputs_embeds` has to be passed" (a wrapper's *args, beside its shared embeddings, are its decoder's),
-    # "no attribute 'initializer_range'" (which Pix2StructConfig sets on its text config) and "only supports
-    # encoder-only model".
+    # "no attribute 'initializer_range'" (which Pix2StructConfig sets on its text config), "only supports
+    # encoder-only model" and, for BLT's local stacks, "Expected attn_mask dtype to be bool or float" and "'NoneType'
+    # object has no attribute 'shape'" (no byte patches).
     model_class = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
     model = tiny_model(model_class)
     assert type(model) is model_class and not model.training
@@ -1300,3 +1305,38 @@ def test_a_vlm_vision_tower_runs_on_the_images_its_model_hands_it(name: str, exp
     assert {key: tuple(inputs[key].shape) for key in expected} == expected
     with torch.no_grad():
         assert torch.isfinite(model(**inputs)[0]).all()
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "codebooks"),
+    [
+        ("csm", "CsmBackboneModel", "num_codebooks"),
+        pytest.param("dia", "DiaDecoder", "num_channels", marks=pytest.mark.slow),
+    ],
+)
+def test_an_audio_stack_built_alone_reads_every_codebooks_codes(module: str, name: str, codebooks: str) -> None:
+    # Their models hand them (batch, sequence, codebooks) ids: given text-shaped ids CSM's backbone raised "The size of
+    # tensor a (7) must match the size of tensor b (32)", Dia's decoder "not enough values to unpack".
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    assert inputs["input_ids"].shape == (2, 7, getattr(model.config, codebooks))
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == (2, 7)
+
+
+def test_a_precomputable_helper_popping_one_kwarg_is_recorded_whole() -> None:
+    # Kimi-K2.5's temporal merge index (5.25) pops one kwarg and returns it as (destinations, weights, token count):
+    # recording the destinations alone under its name made the model unpack a tensor ("too many values to unpack").
+    # A whole value is recorded where it is a tensor; a tuple holding a Python int is left to the model to compute.
+    from hfexport.tiny_models.inputs.precomputed import _recording
+
+    def merge_index(grid: torch.Tensor, as_tuple: bool, kwargs: dict | None = None) -> Any:
+        if kwargs is not None and (index := kwargs.pop("merge_index", None)) is not None:
+            return index
+        return (grid.flatten(), grid.flatten().float(), 4) if as_tuple else grid.flatten()
+
+    for as_tuple, expected in ((True, set()), (False, {"merge_index"})):
+        recorded: dict[str, torch.Tensor] = {}
+        errors: list[Exception] = []
+        _recording(merge_index, recorded, errors)(torch.ones(2, 2), as_tuple, kwargs={})
+        assert set(recorded) == expected and not errors

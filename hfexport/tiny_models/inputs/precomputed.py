@@ -63,7 +63,10 @@ def _recording(helper: Callable, recorded: dict[str, torch.Tensor], own_errors: 
         try:
             if signature.bind_partial(*args, **kwargs).arguments.get("kwargs") is None:
                 return result  # a call that would not take the values precomputed
-            for name, value in zip(popped, result if isinstance(result, tuple) else (result,), strict=False):
+            # A helper popping one kwarg returns it whole, a tuple too (Kimi-K2.5's temporal merge index of 5.25:
+            # destinations, weights and a token count, which as a Python int cannot be passed as a traced input).
+            values = result if isinstance(result, tuple) and len(popped) > 1 else (result,)
+            for name, value in zip(popped, values, strict=False):
                 if isinstance(value, torch.Tensor):
                     recorded.setdefault(name, value)  # the first call pops the kwarg: later ones compute their own
         except Exception as error:  # hfexport's own bookkeeping: raised after the run, never taken for the model's
