@@ -104,3 +104,15 @@ def test_an_image_head_reads_the_images_its_processor_makes(name: str, pixels: t
     with torch.no_grad():
         output = model(**inputs)
     assert all(value.isfinite().all() for value in output.values() if isinstance(value, torch.Tensor))
+
+
+def test_a_sub_module_its_parent_builds_on_a_sub_config_gets_that_sub_config() -> None:
+    # UVDocBackbone, built on UVDocConfig's backbone_config, hands all of it to UVDocBridge(config), whose config_class
+    # is the composite UVDocConfig: built from that it lacked the stages ("no attribute 'stage_configs'").
+    from transformers.models.uvdoc.configuration_uvdoc import UVDocBackboneConfig
+
+    model = tiny_model("UVDocBridge")
+    assert type(model.config) is UVDocBackboneConfig
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[:2] == inputs["hidden_states"].shape[:2]

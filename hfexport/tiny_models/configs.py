@@ -493,5 +493,15 @@ def handed_sub_config(model_class: type[PreTrainedModel], config: PretrainedConf
     except (KeyError, OSError, TypeError):
         return config
     handed = re.search(rf"\b{model_class.__name__}\(\s*config\.(\w+)", source)
-    sub_config = getattr(config, handed.group(1), None) if handed else None
+    sub_config = getattr(config, handed.group(1), None) if handed else _parents_config(model_class, config, source)
     return sub_config if isinstance(sub_config, PretrainedConfig) and type(sub_config) is not type(config) else config
+
+
+def _parents_config(model_class: type[PreTrainedModel], config: PretrainedConfig, source: str) -> Any:
+    """The sub-config of ``config`` whose model hands all of it on (``UVDocBridge(config)`` in UVDocBackbone, built
+    on UVDocConfig's backbone_config), or None."""
+    handed = re.search(rf"\b{model_class.__name__}\(\s*config\s*\)", source)
+    parents = re.findall(r"^class (\w+)", source[: handed.start()], re.MULTILINE) if handed else []
+    parent_config = getattr(sys.modules[model_class.__module__], parents[-1], None) if parents else None
+    parent_config = getattr(parent_config, "config_class", None)
+    return next((value for value in vars(config).values() if type(value) is parent_config), None)
