@@ -1297,6 +1297,8 @@ def test_a_layout_detector_orders_its_detections(name: str) -> None:
         # Was "Expected `image_tokens` to have shape `(batch_size, 1024)`": the decoder reads the 2 x 2 tokens its
         # encoder leaves of a tiny image.
         pytest.param("JanusVQVAE", {"pixel_values": (2, 3, 32, 32)}, marks=pytest.mark.slow),
+        # Was "not enough values to unpack (expected 5, got 4)": each patch a (time, height, width, channels) cube.
+        pytest.param("InklingVisionModel", {"pixel_values": (8, 2, 8, 8, 3)}, marks=pytest.mark.slow),
     ],
 )
 def test_a_vlm_vision_tower_runs_on_the_images_its_model_hands_it(name: str, expected: dict[str, tuple]) -> None:

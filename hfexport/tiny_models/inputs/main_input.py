@@ -11,10 +11,12 @@ import torch
 
 from ..tables import (
     BATCHED_PATCH_TYPES,
+    CODEBOOK_IDS,
     CODEBOOK_STACKED_TYPES,
     EMBEDDED_INPUTS,
     FIXED_QUERY_TYPES,
     MONO_CHANNEL_WAVEFORM_TYPES,
+    PATCH_CUBE_TYPES,
     PATCH_IMAGE_TYPES,
     PATCHED_WINDOW_INPUTS,
     PRENET_INPUTS,
@@ -44,6 +46,10 @@ def _text_ids(r: Request) -> dict[str, torch.Tensor]:
     # Audio LMs that stack their codebooks into the batch take (batch * num_codebooks, sequence) ids.
     stacked = r.config.model_type in CODEBOOK_STACKED_TYPES
     rows = r.batch_size * r.config.num_codebooks if stacked else r.batch_size
+    codebooks = CODEBOOK_IDS.get(type(r.model).__name__)
+    if codebooks:
+        shape = (rows, r.seq_length, getattr(r.config, codebooks))
+        return {"input_ids": token_ids(r.config, shape, r.generator)}
     return {"input_ids": token_ids(r.config, (rows, r.seq_length), r.generator)}
 
 
@@ -261,6 +267,13 @@ def _image_reader_input(r: Request) -> str | None:
     reads = list(inspect.signature(first.forward).parameters) if first is not None else []
     handed = next(iter(inspect.signature(r.model.forward).parameters))
     return handed if reads[:1] == ["pixel_values"] and handed in r.required else None
+
+
+@builds(Stage.MAIN, when=lambda r: r.main_input == "pixel_values" and r.config.model_type in PATCH_CUBE_TYPES)
+def _patch_cubes(r: Request) -> dict[str, torch.Tensor]:
+    # Inkling's tower: (patches, temporal_patch_size, patch, patch, channels), four patches per sample, one token each.
+    cube = (r.config.temporal_patch_size, r.config.patch_size, r.config.patch_size, r.config.num_channels)
+    return {"pixel_values": torch.randn(4 * r.batch_size, *cube, generator=r.generator)}
 
 
 # Patches each pooled image token gathers (Molmo2's 2 x 2 pooling window).

@@ -8,6 +8,9 @@ from .sizes import FRAMES
 # ── Sample inputs ──
 # Audio LMs that stack their codebooks into the batch: (batch * num_codebooks, sequence) ids.
 CODEBOOK_STACKED_TYPES = ("musicgen_decoder", "musicgen_melody_decoder")
+# Audio stacks built alone whose input ids are every codebook's codes, (batch, sequence, codebooks): model class -> the
+# config's codebook count (their models embed text ids into those states, or pass their decoder ids on as they are).
+CODEBOOK_IDS = {"CsmBackboneModel": "num_codebooks", "DiaDecoder": "num_channels"}
 # Encoder-decoder audio LMs whose decoder ids have a codebook dimension: model type -> the decoder config's codebook
 # count.
 DECODER_CODEBOOKS = {"dia": "num_channels"}
@@ -20,7 +23,7 @@ FEATURE_SIZE_KEYS = (
     "input_feat_size",
 )
 # Audio encoders whose conv front end reads (batch, mel bins, frames) though no Whisper-like key says so.
-MEL_BINS_FIRST_TYPES = ("glmasr_encoder", "voxtral_realtime_encoder")
+MEL_BINS_FIRST_TYPES = ("glmasr_encoder", "voxtral_realtime_encoder", "dots3_note_audio_encoder")
 # Audio encoder type -> consecutive feature frames its input projection reads stacked into one, where no config key
 # says how many (Granite Speech 5's projection reads 4 * num_mel_bins).
 STACKED_FRAMES = {"granite_speech5_encoder": 4}
@@ -33,6 +36,9 @@ PADDED_MASK_TYPES = declare(
     "sample rows padded: an unpadded mask lets eager skip the causal mask a trace always builds (2.5 apart)",
     ("aimv2", "aimv2_text_model"),
 )
+# Towers that read each patch as a (temporal_patch_size, patch, patch, channels) cube, channels last, and fold it into
+# one token layer by layer (Inkling's).
+PATCH_CUBE_TYPES = ("inkling_vision",)
 # Qwen-VL-style towers whose flat patches are (patches, channels, patch, patch) images their patch conv embeds.
 PATCH_IMAGE_TYPES = ("kimi_k25_vision", "paddleocr_vl_vision")
 # Of those, the towers that read them with a leading batch of one (PaddleOCR-VL's model unsqueezes its flat patches).
@@ -59,6 +65,7 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     # Decoders of encoder-decoder models, built alone (sub-module classes the gate selects): they cross-attend.
     "t5_gemma_module": ("encoder_hidden_states",),
     "t5gemma2_decoder": ("encoder_hidden_states",),
+    "dia_decoder": ("encoder_hidden_states",),
     "pix2struct_text_model": ("encoder_hidden_states",),
     **dict.fromkeys(("moonshine_streaming", "cohere_asr"), ("encoder_hidden_states",)),
     # The question-answering head decodes its answer: without decoder ids (or labels) it raises.
