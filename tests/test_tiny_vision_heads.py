@@ -95,6 +95,8 @@ def test_a_head_reads_only_layers_and_sizes_its_tiny_config_has(name: str) -> No
         # The image and its trimap, with stride-16 patches the fusion blocks upsample onto the stride-8 detail map
         # (was "Sizes of tensors must match").
         ("VitMatteForImageMatting", (2, 4, 32, 32)),
+        # NLVR2's pair of images, each its own modality type (was "negative dimension -32": num_images -1).
+        ("ViltForImagesAndTextClassification", (2, 2, 3, 32, 32)),
     ],
 )
 def test_an_image_head_reads_the_images_its_processor_makes(name: str, pixels: tuple[int, ...]) -> None:

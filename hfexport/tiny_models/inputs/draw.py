@@ -80,6 +80,8 @@ def pixel_values(r: Request, video: bool = False) -> torch.Tensor:
     channels = getattr(vision, "num_channels", None) or getattr(backbone, "num_channels", None)
     channels = channels or getattr(vision, "in_chans", 3)
     frames = getattr(vision, "num_frames", None) or getattr(vision, "frames_per_clip", None)
+    # Image-set classifiers (ViLT's NLVR2 head) stack num_images images per sample; -1 (unset) on their other classes.
+    frames = frames or max(getattr(vision, "num_images", 0), 0) or None
     frames = CLIP_TYPES.get(r.config.model_type, frames if frames or not video else FRAMES)
     clip = (frames,) if isinstance(frames, int) else ()
     return torch.randn(r.batch_size, *clip, channels, height, width, generator=r.generator)
@@ -134,8 +136,9 @@ def feature_frames(r: Request, audio: PretrainedConfig) -> torch.Tensor:
         # Conv subsampling front ends shrink time by up to 8x: keep at least seq_length frames after it.
         shape = (r.batch_size, 8 * r.seq_length, features * channels)
     elif audio.model_type in MEL_BINS_FIRST_TYPES:
-        # Whisper-like conv front ends with rotary positions take any number of frames.
-        shape = (r.batch_size, audio.num_mel_bins, 8 * r.seq_length)
+        # Whisper-like conv front ends with rotary positions take any number of frames (dots.note's feature_size bins).
+        features = next(getattr(audio, k) for k in FEATURE_SIZE_KEYS if getattr(audio, k, None))
+        shape = (r.batch_size, features, 8 * r.seq_length)
     elif hasattr(audio, "n_window"):
         # Chunked encoders (Qwen3-ASR) cut (batch, mel bins, frames) into windows of 2 * n_window frames.
         shape = (r.batch_size, audio.num_mel_bins, 4 * audio.n_window)

@@ -49,6 +49,8 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "Pix2StructTextModel": {"initializer_range": 0.02},
     # The encoder-only model refuses the encoder-decoder config its type defaults to (encoder-only checkpoints say so).
     "T5GemmaEncoderModel": {"is_encoder_decoder": False},
+    # Images per sample are left to checkpoints (-1 by default): NLVR2's two, each its own modality type after text's.
+    "ViltForImagesAndTextClassification": {"num_images": 2, "modality_type_vocab_size": 3},
     # Built alone, its decoder config lacks the dropout rate that T5Gemma2Config sets on its sub-configs.
     "T5Gemma2Decoder": {"dropout_rate": 0.0},
     # Its 3D rope reads the vision tower's merge size, which its config (no model type, so no OVERRIDES entry) does
