@@ -1342,3 +1342,18 @@ def test_a_precomputable_helper_popping_one_kwarg_is_recorded_whole() -> None:
         errors: list[Exception] = []
         _recording(merge_index, recorded, errors)(torch.ones(2, 2), as_tuple, kwargs={})
         assert set(recorded) == expected and not errors
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("dots3_note", "Dots3NoteAudioModel"),
+    ],
+)
+def test_an_audio_tower_built_alone_reads_what_its_model_hands_it(module: str, name: str) -> None:
+    # dots.note's tower reads (chunks, mel bins, frames) and each chunk's waveform length ("missing 1 required
+    # positional argument: 'chunk_sample_lengths'").
+    model = tiny_model(getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name))
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape[0] == 2

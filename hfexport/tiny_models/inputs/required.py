@@ -178,6 +178,12 @@ def _embedded_sequence(r: Request) -> dict[str, torch.Tensor]:
     return {"hidden_states": torch.randn(shape, generator=r.generator)}
 
 
+@builds(Stage.REQUIRED, when=lambda r: "attention_mask" in r.missing and "hidden_states" in r.inputs)
+def _states_mask(r: Request) -> dict[str, torch.Tensor]:
+    # Stacks whose model always hands them a mask (Kosmos-2.5's vision encoder: the non-empty patches): none padded.
+    return {"attention_mask": torch.ones(r.inputs["hidden_states"].shape[:2], dtype=torch.long)}
+
+
 def _image_feature_count(r: Request) -> int:
     """How many features a VLM splices into the text per image (per clip), hence how many placeholders it needs."""
     if hasattr(r.config, "latent_query_num"):
@@ -263,6 +269,14 @@ def _required_audio_features(r: Request) -> dict[str, torch.Tensor]:
         shape = (r.batch_size, audio.num_mel_bins, r.config.audio_length_per_tok * r.seq_length)
         return {"input_features": torch.randn(shape, generator=r.generator)}
     return {"input_features": feature_frames(r, audio)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "chunk_sample_lengths" in r.missing and hasattr(r.config, "hop_length"))
+def _chunk_sample_lengths(r: Request) -> dict[str, torch.Tensor]:
+    # dots.note's audio tower masks each chunk's frames past its waveform's length (hop_length samples a frame): every
+    # sample one whole chunk.
+    frames = r.inputs["input_features"].shape[-1]
+    return {"chunk_sample_lengths": torch.full((r.batch_size,), frames * r.config.hop_length)}
 
 
 @builds(Stage.REQUIRED, when=lambda r: "audio_mel_mask" in r.missing)
