@@ -107,6 +107,8 @@ UNRUNNABLE: dict[str, str] = {
     " mask_query_head, norm): modules, not tensors",
     # Sample inputs have a batch of at least 2 (it stays a dynamic dimension).
     "TvpModel": "runs with batch size 1 only: its column position embeddings are viewed with the batch size",
+    "TvpForVideoGrounding": "runs TvpModel, which runs with batch size 1 only (its column position embeddings are"
+    " viewed with the batch size)",
 }
 
 # ── Classes that need an optional package ──
