@@ -11,11 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from coverage_generation import generation_column, generation_totals, runs_with_generation
-from coverage_record import ENGINE_TITLES, ENGINES, Key, load_results, not_built, record_text, write_file
+from coverage_record import (
+    ENGINE_TITLES,
+    ENGINES,
+    Key,
+    exporter_passed,
+    load_results,
+    not_built,
+    record_text,
+    write_file,
+)
 from coverage_selection import VARIANT_SEPARATOR, VARIANT_TYPES, family_of, set_classes
 
 from hfexport.exporters.dependencies import package_versions
-from hfexport.gate.cells import BACKENDS, Cell
+from hfexport.gate.cells import BACKENDS, GENERATION_LABELS, Cell
 from hfexport.gate.model_sets import FAMILIES
 
 # When the gate started running every export at a second shape (commit df80b46).
@@ -32,6 +41,8 @@ def _result(cell: dict[str, Any] | None) -> str:
     typed = Cell.from_dict(cell)
     if typed.status in ("pass", "skipped"):
         return typed.kind()
+    if exporter_passed(cell):  # the generation column says how transformers' module failed
+        return f"pass · {GENERATION_LABELS['export_module']} fails"
     error = typed.error_line.replace("|", "/").replace("\n", " ")
     error = error if len(error) <= 90 else error[:87] + "..."
     return f"{typed.kind()} · {(typed.stage or '').replace('|', '/')} · `{error.replace('`', '')}`"
@@ -121,7 +132,7 @@ def _variants_section(cells: dict[Key, dict[str, Any]], runs: list[dict[str, Any
         row = []
         for backend in BACKENDS:
             ran = [c for (e, _, b), c in cells.items() if e == engine and b == backend]
-            passed = sum(c["status"] == "pass" for c in ran)
+            passed = sum(exporter_passed(c) for c in ran)
             row.append(f"{passed} / {len(ran)} ({100 * passed / len(ran):.0f} %)" if ran else "—")
         lines.append(f"| {ENGINE_TITLES[engine]} | " + " | ".join(row) + " |")
     unswept = [ENGINE_TITLES[engine] for engine in ENGINES if not any(e == engine for (e, _, _) in cells)]
@@ -261,8 +272,8 @@ def _totals_section(cells: dict[Key, dict[str, Any]], generation_runs: set[tuple
         compared = _compared(cells, backend)
         if not compared:
             continue
-        ours = {c for c in compared if cells[("hfexport", c, backend)]["status"] == "pass"}
-        theirs = {c for c in compared if cells[("transformers", c, backend)]["status"] == "pass"}
+        ours = {c for c in compared if exporter_passed(cells[("hfexport", c, backend)])}
+        theirs = {c for c in compared if exporter_passed(cells[("transformers", c, backend)])}
         for engine, only in (("hfexport", ours - theirs), ("transformers", theirs - ours)):
             if only:
                 differences.append(f"- {backend}, only {ENGINE_TITLES[engine]} passes: {', '.join(sorted(only))}")
@@ -288,7 +299,7 @@ def _totals_section(cells: dict[Key, dict[str, Any]], generation_runs: set[tuple
         if checked:
             columns = []
             for classes in (checked, [c for c in checked if _at_two_shapes(cells[("hfexport", c, backend)])]):
-                passed = sum(cells[("hfexport", c, backend)]["status"] == "pass" for c in classes)
+                passed = sum(exporter_passed(cells[("hfexport", c, backend)]) for c in classes)
                 rate = f"{100 * passed / len(classes):.1f} %" if classes else "—"
                 columns.append(f"{len(classes)} | **{passed}** | {rate}")
             lines.append(f"| {backend} | {' | '.join(columns)} |")
@@ -308,8 +319,8 @@ def _totals_section(cells: dict[Key, dict[str, Any]], generation_runs: set[tuple
         row = []
         for backend in BACKENDS:
             compared = [c for c in _compared(cells, backend) if _family(cells, c, backend) == family]
-            ours = sum(cells[("hfexport", c, backend)]["status"] == "pass" for c in compared)
-            theirs = sum(cells[("transformers", c, backend)]["status"] == "pass" for c in compared)
+            ours = sum(exporter_passed(cells[("hfexport", c, backend)]) for c in compared)
+            theirs = sum(exporter_passed(cells[("transformers", c, backend)]) for c in compared)
             row.append(f"{ours} / {theirs} of {len(compared)}" if compared else "—")
         lines.append(f"| {family} | " + " | ".join(row) + " |")
     return [*lines, ""]

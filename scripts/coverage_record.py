@@ -92,6 +92,13 @@ def not_built(cell: dict[str, Any]) -> bool:
     return cell["status"] == "not_checked" or (cell["status"] == "error" and cell.get("stage") in ("build", "eager"))
 
 
+def exporter_passed(cell: dict[str, Any]) -> bool:
+    """The engine's exporters passed every check of the cell: its status, or a failure of transformers' own exportable
+    module alone. That part runs last, after every check of the engine, so it failing means all of those passed; it
+    measures transformers' export path, and the generation table counts it in a column of its own."""
+    return cell["status"] == "pass" or (cell.get("export_module") or {}).get("status") == "fail"
+
+
 def write_file(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_suffix(path.suffix + ".tmp")

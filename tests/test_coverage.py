@@ -185,7 +185,7 @@ def test_the_committed_record_rebuilds_the_document_and_later_runs_replace_its_c
 
 
 def _generation_report(results: Path, engine: str, stamp: str, generation: bool, cells: list[Cell]) -> None:
-    data = report.new_report(engine, ["onnx"], {"mode": "models"}, {}, (1, 1), None)
+    data = report.new_report(engine, sorted({cell.backend for cell in cells}), {"mode": "models"}, {}, (1, 1), None)
     data.created_at = stamp
     argv = ["run", "--models", ",".join(cell.model_class for cell in cells), *(["--generation"] * generation)]
     data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": argv, "generation": generation}
@@ -222,7 +222,7 @@ def test_render_counts_generation_where_the_gate_runs_it_and_decoder_lms_swept_w
     _generation_report(results, "transformers", "2026-12-05T00:00:02Z", False, competitor)
 
     text = sweep.render(results, doc, store)
-    assert "| onnx | 4 | 3 | **2** | 66.7 % | 1 | 1 |" in text
+    assert "| onnx | 4 | 3 | **2** | 66.7 % | 1 | 1 | — |" in text
     # The onnx table's last column, by class.
     rows = [line.strip("| ").split(" | ") for line in text.splitlines() if line.startswith("| ")]
     generation = {columns[1]: columns[-1] for columns in rows}
@@ -232,6 +232,35 @@ def test_render_counts_generation_where_the_gate_runs_it_and_decoder_lms_swept_w
     assert generation["BertForMaskedLM"] == "—"
     # The record keeps every generation part: it alone renders the same document.
     assert sweep.render(tmp_path / "fresh", doc, store) == text
+
+
+def test_a_cell_where_only_transformers_exportable_module_fails_is_an_hfexport_pass_and_the_module_s_failure(
+    tmp_path: Path,
+) -> None:
+    """transformers' own module runs after every check of hfexport's exporters: its failure alone counts for
+    hfexport's exporters as a pass, and in the generation table's own column as the module's failure."""
+    sweep = load_script("coverage_sweep")
+    results, store, doc = tmp_path / "results", tmp_path / "coverage.json", tmp_path / "coverage.md"
+    results.mkdir()
+    match = Generation("pass", "4 greedy tokens match eager")
+    failed = Generation("fail", "Could not guard on data-dependent expression u2 > 1")
+    timed = {"timings": {"export": 1.0}}
+    parts = {"generation": match, "generation_static": match}
+    module_fails = {"stage": "dynamo · export module", "error_type": "GuardOnDataDependentSymNode", "error": "u2 > 1"}
+    ours = [
+        Cell("llama", "LlamaForCausalLM", "dynamo", "pass", export_module=match, **parts, **timed),
+        Cell("opt", "OPTForCausalLM", "dynamo", "fail", export_module=failed, **parts, **module_fails, **timed),
+    ]
+    _generation_report(results, "hfexport", "2026-12-05T00:00:00Z", True, ours)
+    competitor = [Cell(cell.model_type, cell.model_class, "dynamo", "pass", **timed) for cell in ours]
+    _generation_report(results, "transformers", "2026-12-05T00:00:01Z", False, competitor)
+
+    text = sweep.render(results, doc, store)
+    assert "| dynamo | 2 | 2 | **2** | 100.0 % | 0 | 0 | 1 of 2 (50.0 %) |" in text
+    assert "| dynamo | 2 | **2** | **2** | 2 | 0 | 0 |" in text  # the totals, side by side with the competitor
+    (row,) = [line for line in text.splitlines() if line.startswith("| opt | OPTForCausalLM |")]
+    assert "| pass · transformers export module fails |" in row
+    assert "| transformers export module fail: Could not guard on data-dependent expression u2 > 1 |" in row
 
 
 @pytest.mark.slow
