@@ -350,6 +350,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "bridgetower_vision_model": {"hidden_size": 2 * HIDDEN},
     # Its cache is sized from the outer config, which has no layer count (only its sub-configs do): no cache.
     "blt": {"use_cache": False},
+    # Its keys and values are rounded to NVFP4 in blocks of 16: the config refuses a head_dim that is not a multiple;
+    # its indexer has at most as many heads as the query heads sharing key head 0 (2 of the tiny 4 over 2).
+    "kolibri1_1": {"head_dim": 16, "index_num_heads": 2},
     # Its rotary sections pair height with width (the modeling code's default, [22, 22, 20]): equal first two.
     "ernie4_5_vl_moe_text": {
         "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [1, 1, 2]}
