@@ -97,6 +97,9 @@ def test_a_head_reads_only_layers_and_sizes_its_tiny_config_has(name: str) -> No
         ("VitMatteForImageMatting", (2, 4, 32, 32)),
         # NLVR2's pair of images, each its own modality type (was "negative dimension -32": num_images -1).
         ("ViltForImagesAndTextClassification", (2, 2, 3, 32, 32)),
+        # X-CLIP's vision tower reads its model's clips with the frames flattened into the batch (was "too many
+        # values to unpack").
+        ("XCLIPVisionModel", (8, 3, 32, 32)),
     ],
 )
 def test_an_image_head_reads_the_images_its_processor_makes(name: str, pixels: tuple[int, ...]) -> None:

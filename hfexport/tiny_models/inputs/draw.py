@@ -10,6 +10,7 @@ from ..tables import (
     CLIP_TYPES,
     FEATURE_SIZE_KEYS,
     FRAMES,
+    FRAMES_IN_BATCH_TYPES,
     IMAGE_SIZE,
     IMAGE_SIZES,
     MEL_BINS_FIRST_TYPES,
@@ -84,6 +85,8 @@ def pixel_values(r: Request, video: bool = False) -> torch.Tensor:
     frames = frames or max(getattr(vision, "num_images", 0), 0) or None
     frames = CLIP_TYPES.get(r.config.model_type, frames if frames or not video else FRAMES)
     clip = (frames,) if isinstance(frames, int) else ()
+    if clip and r.config.model_type in FRAMES_IN_BATCH_TYPES:
+        return torch.randn(r.batch_size * frames, channels, height, width, generator=r.generator)
     return torch.randn(r.batch_size, *clip, channels, height, width, generator=r.generator)
 
 

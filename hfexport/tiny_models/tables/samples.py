@@ -58,6 +58,8 @@ NEEDED_INPUTS: dict[str, tuple[str, ...]] = {
     "voxtral_realtime": ("input_features",),
     # Any two of text, video and audio: all three, which take the path through the audio-video encoder.
     "pe_audio_video": ("pixel_values_videos", "input_values"),
+    # Its encoder built alone expands the mask its model derives from the patches, with none raising.
+    "kosmos_2_5_vision_model": ("attention_mask",),
     # Which images each text token attends to: without it the cross-attention has no mask to expand.
     "idefics": ("image_attention_mask",),
     # Either waveforms or clips may be left out, but the encoder cannot run without its video.
@@ -137,6 +139,9 @@ CLIP_TYPES = {
     "idefics": 1,
     "perceiver": None,
 }
+# Video towers whose model flattens the frames of each clip into the batch before them (X-CLIP's vision model, whose
+# message tokens regroup them by num_frames): (batch * frames, channels, height, width).
+FRAMES_IN_BATCH_TYPES = ("xclip_vision_model",)
 # Model type -> (height, width) of sample images, where a tiny image is too small for the model's downsampling: text
 # line recognizers pool the last feature map over 3 x 2 cells (the mobile one at stride 32, the others at a height
 # stride of 16).
