@@ -141,35 +141,25 @@ def _attention_mask(r: Request) -> dict[str, torch.Tensor]:
     return {"attention_mask": mask}
 
 
-def _additive(allowed: torch.Tensor, batch_size: int) -> torch.Tensor:
-    # (batch, 1, queries, keys): 0 where a query attends, the dtype's minimum elsewhere (as BLT's model builds it).
-    mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
-    return mask.expand(batch_size, 1, *allowed.shape)
+def _is_local_decoder(r: Request) -> bool:
+    # BLT's local decoder (its local encoder, which also takes patch_embeds, pools patch_ids: tiny_models.UNRUNNABLE).
+    return "patch_embeds" in r.parameters and "patch_ids" not in r.parameters and hasattr(r.config, "cross_attn_k")
 
 
-@builds(
-    Stage.FINISH,
-    when=lambda r: "patch_embeds" in r.parameters and hasattr(r.config, "cross_attn_k") and "input_ids" in r.inputs,
-    drops=("attention_mask",),
-)
-def _byte_patches(r: Request) -> dict[str, torch.Tensor | int]:
-    """BLT's local encoder and decoder built alone, fed as BltModel feeds them without an entropy patcher: every byte
-    its own patch (and one empty patch after them), the cross-attention masks between bytes and their patches
-    (cross_attn_k slots per patch), the decoder the encoder's byte states and the global model's patch states. No
-    self-attention mask: the model passes its causal mask, which SDPA leaves to is_causal without padding."""
+@builds(Stage.FINISH, when=lambda r: _is_local_decoder(r) and "input_ids" in r.inputs, drops=("attention_mask",))
+def _byte_patches(r: Request) -> dict[str, torch.Tensor]:
+    """BLT's local decoder built alone, fed as BltModel feeds it without an entropy patcher: the encoder's byte states,
+    the global model's patch states (every byte its own patch, one empty patch after them) and the mask letting each
+    byte attend to its patch's cross_attn_k slots. No self-attention mask: the model passes its causal mask, which SDPA
+    leaves to is_causal without padding."""
     bytes_, k = r.inputs["input_ids"].shape[1], r.config.cross_attn_k
     patches = bytes_ + 1
-    holds = torch.arange(patches)[:, None] == torch.arange(bytes_)[None, :]  # (patches, bytes): patch p holds byte p
-    if "patch_ids" in r.parameters:  # the encoder pools each patch's bytes, its patches attending to them
-        return {
-            "num_patches": patches,
-            "patch_ids": torch.arange(bytes_).expand(r.batch_size, -1).clone(),
-            "encoder_attention_mask": _additive(holds.repeat_interleave(k, dim=0), r.batch_size),
-        }
+    holds = torch.arange(bytes_)[:, None] == torch.arange(patches)[None, :]  # (bytes, patches): byte b in patch b
+    mask = torch.zeros(bytes_, patches * k).masked_fill(~holds.repeat_interleave(k, dim=-1), torch.finfo().min)
     return {
         "inputs_embeds": torch.randn(r.batch_size, bytes_, r.config.hidden_size, generator=r.generator),
         "patch_embeds": torch.randn(r.batch_size, patches, r.config.hidden_size_global, generator=r.generator),
-        "encoder_attention_mask": _additive(holds.T.repeat_interleave(k, dim=-1), r.batch_size),
+        "encoder_attention_mask": mask.expand(r.batch_size, 1, -1, -1),  # additive, as BltModel builds it
     }
 
 
