@@ -136,6 +136,17 @@ def _quantizer_codes(r: Request) -> dict[str, torch.Tensor]:
     return {"codes": torch.randint(r.config.codebook_size, shape, generator=r.generator)}
 
 
+@builds(Stage.REQUIRED, when=lambda r: {"hidden_states", "mask"} <= r.missing and hasattr(r.config, "time_reduction"))
+def _subsampled_features_and_mask(r: Request) -> dict[str, torch.Tensor]:
+    # Phi-4-multimodal's audio encoder: (batch, frames, input_size) features, time_reduction frames per encoder step,
+    # and which frames hold audio (all: its model passes the processor's mask, or none).
+    frames = r.config.time_reduction * r.seq_length
+    return {
+        "hidden_states": torch.randn(r.batch_size, frames, r.config.input_size, generator=r.generator),
+        "mask": torch.ones(r.batch_size, frames, dtype=torch.bool),
+    }
+
+
 @builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "hidden_sizes"))
 def _stem_feature_map(r: Request) -> dict[str, torch.Tensor]:
     # Conv encoders built alone read what their first conv reads: ConvNextEncoder its stem's (batch, first stage
@@ -315,6 +326,25 @@ def _required_sub_model_ids(r: Request) -> dict[str, torch.Tensor]:
         sub_config = getattr(r.config, name.replace("_input_ids", "_config"))
         inputs[name] = token_ids(sub_config, (r.batch_size, r.seq_length), r.generator)
     return inputs
+
+
+# The side of the feature map a tower reads from the encoder before it (Unlimited-OCR's SAM: 1 x 1 of a tiny image).
+_FEATURE_MAP_SIDE = 2
+
+
+@builds(Stage.REQUIRED, when=lambda r: "patch_embeds" in r.missing)
+def _encoder_feature_map(r: Request) -> dict[str, torch.Tensor]:
+    # Towers fed another encoder's feature map as their patch embeddings (Unlimited-OCR's CLIP encoder reads its SAM
+    # encoder's, and interpolates its positions to the grid): (batch, hidden_size, side, side).
+    shape = (r.batch_size, r.config.hidden_size, _FEATURE_MAP_SIDE, _FEATURE_MAP_SIDE)
+    return {"patch_embeds": torch.randn(shape, generator=r.generator)}
+
+
+@builds(Stage.REQUIRED, when=lambda r: "num_patches" in r.missing and "inputs_embeds" in r.inputs)
+def _leading_patch_count(r: Request) -> dict[str, int]:
+    # DeepSeek-OCR 2's encoder reads its image patches followed by as many learned queries (attended causally), and
+    # how many patches lead: half of the sequence.
+    return {"num_patches": r.inputs["inputs_embeds"].shape[1] // 2}
 
 
 def _embedding_names(r: Request) -> list[str]:

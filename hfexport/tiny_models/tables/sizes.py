@@ -139,8 +139,9 @@ CAPS = {
     # Depthwise upsampling convs (mimi, pocket_tts) have one group per hidden channel.
     "upsample_groups": HIDDEN,
 }
-# Channel widths of conv feature extractors, and of resnet-like stages (which widen stage by stage).
-CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim"})
+# Channel widths of conv feature extractors (SAM-style towers' downsampling convs end at the width their vision
+# encoder reads), and of resnet-like stages (which widen stage by stage).
+CHANNEL_LIST_KEYS = frozenset({"conv_dim", "tdnn_dim", "downsample_channels"})
 STAGE_WIDTH_LIST_KEYS = frozenset({"hidden_sizes", "embed_dim", "embedding_dims"})
 DEPTH_LIST_KEYS = frozenset({"depths", "depth", "num_block_repeats"})
 # Indices of the layers whose hidden states an outer model reads (depth_pro's fusion of its encoder's layers, CLIPSeg's
