@@ -290,6 +290,14 @@ def _chunk_sample_lengths(r: Request) -> dict[str, torch.Tensor]:
     return {"chunk_sample_lengths": torch.full((r.batch_size,), frames * r.config.hop_length)}
 
 
+@builds(Stage.REQUIRED, when=lambda r: "audio_input_ids" in r.missing and hasattr(r.config, "num_codebooks"))
+def _mel_bin_tokens(r: Request) -> dict[str, torch.Tensor]:
+    # Inkling's audio tower embeds discretized mel frames, one token per mel bin: its model hands it every audio's
+    # frames flattened, (frames, num_codebooks) ids below codebook_size.
+    shape = (r.batch_size * r.seq_length, r.config.num_codebooks)
+    return {"audio_input_ids": torch.randint(r.config.codebook_size, shape, generator=r.generator)}
+
+
 @builds(Stage.REQUIRED, when=lambda r: "audio_mel_mask" in r.missing)
 def _mel_padding_mask(r: Request) -> dict[str, torch.Tensor]:
     # Gemma 3n's mel mask marks the padded frames (True = padding): none are.
@@ -338,13 +346,6 @@ def _encoder_feature_map(r: Request) -> dict[str, torch.Tensor]:
     # encoder's, and interpolates its positions to the grid): (batch, hidden_size, side, side).
     shape = (r.batch_size, r.config.hidden_size, _FEATURE_MAP_SIDE, _FEATURE_MAP_SIDE)
     return {"patch_embeds": torch.randn(shape, generator=r.generator)}
-
-
-@builds(Stage.REQUIRED, when=lambda r: "num_patches" in r.missing and "inputs_embeds" in r.inputs)
-def _leading_patch_count(r: Request) -> dict[str, int]:
-    # DeepSeek-OCR 2's encoder reads its image patches followed by as many learned queries (attended causally), and
-    # how many patches lead: half of the sequence.
-    return {"num_patches": r.inputs["inputs_embeds"].shape[1] // 2}
 
 
 def _embedding_names(r: Request) -> list[str]:

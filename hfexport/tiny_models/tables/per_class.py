@@ -15,10 +15,6 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     # which the cross-attention reads as its query/key width: one head divides any width.
     "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
     "PerceiverForImageClassificationConvProcessing": {"num_cross_attention_heads": 1},
-    # Likewise the optical-flow patches with their Fourier features (322 wide) and the multimodal autoencoder's padded
-    # modalities (405).
-    "PerceiverForOpticalFlow": {"num_cross_attention_heads": 1},
-    "PerceiverForMultimodalAutoencoding": {"num_cross_attention_heads": 1},
     # They run the Q-Former over text, whose layers have a text feed-forward only where the checkpoints (blip2-itm)
     # switch it on (was "'Blip2QFormerLayer' object has no attribute 'intermediate'").
     **{
@@ -101,6 +97,9 @@ UNRUNNABLE: dict[str, str] = {
     # BltModel passes its patch count (patch_lengths.shape[1]) to its local encoder as a Python int.
     "BltLocalEncoder": "forward takes num_patches, a Python int sizing its pooled patches, which an exported program"
     " holds as a constant, not an input",
+    "DeepseekOcr2VisionEncoder": "forward takes num_patches, a Python int counting the image patches before its"
+    " learned queries (DeepseekOcr2VisionModel passes the SAM grid's), which an exported program holds as a constant,"
+    " not an input",
     "BarkFineModel": "forward takes codebook_idx, a Python int choosing the codebook it predicts (its generate loop"
     " passes each in turn), which an exported program holds as a constant, not an input",
     "GlmImageVQVAE": "no forward: a VQ-VAE used through encode and decode only",
