@@ -199,6 +199,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The talker's MoE blocks read their shared expert's width, which its config class does not declare (checkpoints
     # store it in config.json).
     "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": INTERMEDIATE},
+    # Its conformer's conv widths equal the encoder's hidden size at full size (1024, which no cap names) and the
+    # depth is num_blocks: shrunk with it.
+    "phi4_multimodal_audio": {
+        "ext_pw_out_channel": HIDDEN,
+        "depthwise_separable_out_channel": HIDDEN,
+        "nemo_conv_channels": HIDDEN,
+        "num_blocks": LAYERS,
+    },
     # The vision and audio tokenizers' codes are token ids from these offsets on, their two ranges back to back inside
     # the vocabulary: 16 codes each, below the special ids remapped to its top end.
     "apertus1p5": {
