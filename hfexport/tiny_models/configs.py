@@ -435,8 +435,18 @@ def _attn_implementation(model_class: type[PreTrainedModel]) -> str:
     return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
 
 
+def _config_class(model_class: type[PreTrainedModel]) -> type[PretrainedConfig]:
+    """The config class a model is built from: where a sub-model declares the generic one (PI05ActionExpertModel, handed
+    its model's dit_config), its family's, which its model's config nests its sub-config in (``handed_sub_config``)."""
+    for cls in model_class.__mro__:
+        config_cls = getattr(cls, "config_class", None)
+        if isinstance(config_cls, type) and getattr(config_cls, "model_type", ""):
+            return config_cls
+    return model_class.config_class
+
+
 def _build_tiny_config(model_class: type[PreTrainedModel], overrides: dict[str, Any]) -> PretrainedConfig:
-    config_cls = model_class.config_class
+    config_cls = _config_class(model_class)
     model_type = getattr(config_cls, "model_type", "")
     default = AutoConfig.for_model(model_type) if model_type in CONFIG_MAPPING_NAMES else config_cls()
     kwargs = _shrink_config(default, _TokenIds())
@@ -463,7 +473,7 @@ def tiny_config(
     model_class = resolve_model_class(name)
     config = None
     if checkout is not None:
-        config = tester_config(model_class.config_class.model_type, checkout)
+        config = tester_config(_config_class(model_class).model_type, checkout)
     if config is None:
         config = _build_tiny_config(model_class, overrides or {})
     elif overrides:

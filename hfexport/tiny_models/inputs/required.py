@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import PretrainedConfig
 
@@ -298,6 +300,17 @@ def _mel_bin_tokens(r: Request) -> dict[str, torch.Tensor]:
     return {"audio_input_ids": torch.randint(r.config.codebook_size, shape, generator=r.generator)}
 
 
+@builds(Stage.REQUIRED, when=lambda r: {"moshi_audio_codes", "user_audio_codes"} <= r.parameters)
+def _both_speakers_audio_codes(r: Request) -> dict[str, torch.Tensor]:
+    # Moshi reads its own and the user's audio streams beside the text, each (batch, num_codebooks, sequence) codes,
+    # as its generation's prompt does (without them it concatenates None).
+    shape = (r.batch_size, r.config.num_codebooks, r.seq_length)
+    return {
+        name: torch.randint(r.config.audio_vocab_size, shape, generator=r.generator)
+        for name in ("moshi_audio_codes", "user_audio_codes")
+    }
+
+
 @builds(Stage.REQUIRED, when=lambda r: "audio_mel_mask" in r.missing)
 def _mel_padding_mask(r: Request) -> dict[str, torch.Tensor]:
     # Gemma 3n's mel mask marks the padded frames (True = padding): none are.
@@ -366,6 +379,20 @@ def _embedding_width(config: PretrainedConfig, name: str) -> int:
         # Action experts (PI0) embed noisy actions at their own width.
         return config.dit_config.hidden_size
     return config.hidden_size
+
+
+def _reads_time_embedding(r: Request) -> bool:
+    # PI05Model hands it to its action expert through **kwargs, which its own signature does not name.
+    expert = getattr(r.model, "dit", r.model)
+    return "timestep_embeds" in inspect.signature(expert.forward).parameters and "timestep_embeds" not in r.inputs
+
+
+@builds(Stage.REQUIRED, when=_reads_time_embedding)
+def _denoising_time_embedding(r: Request) -> dict[str, torch.Tensor]:
+    # PI0.5's action expert modulates its norms by the denoising time's embedding, which its policy computes
+    # (PI05ActionTimeEmbedding): (batch, the expert's width), one per sample.
+    width = getattr(r.config, "dit_config", r.config).hidden_size
+    return {"timestep_embeds": torch.randn(r.batch_size, width, generator=r.generator)}
 
 
 @builds(Stage.REQUIRED, when=lambda r: bool(_embedding_names(r)))
