@@ -3,6 +3,8 @@ and runs eagerly on its sample inputs (issue 53)."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -121,3 +123,30 @@ def test_a_sub_module_its_parent_builds_on_a_sub_config_gets_that_sub_config() -
     inputs = sample_inputs(model)
     with torch.no_grad():
         assert model(**inputs).last_hidden_state.shape[:2] == inputs["hidden_states"].shape[:2]
+
+
+def _module_class(module: str, name: str) -> type:
+    # Sub-module classes the gate selects that transformers does not export at its top level.
+    return getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "extra"),
+    [
+        # ViT encoders rotate their patch tokens by the angles their model computes ("cannot unpack non-iterable
+        # NoneType object"): the class and register tokens, then the patch grid.
+        ("dinov3_vit", "DINOv3ViTEncoder", "position_embeddings"),
+        pytest.param("sapiens2", "Sapiens2Encoder", "position_embeddings", marks=pytest.mark.slow),
+        # DAB-DETR's stacks require their model's padding masks of the image features; its decoder reads anchor boxes
+        # (query_dim logits) as query position embeddings.
+        pytest.param("dab_detr", "DabDetrEncoder", "attention_mask", marks=pytest.mark.slow),
+        ("dab_detr", "DabDetrDecoder", "memory_key_padding_mask"),
+    ],
+)
+def test_a_stack_built_alone_gets_what_its_model_computes_for_it(module: str, name: str, extra: str) -> None:
+    model = tiny_model(_module_class(module, name))
+    inputs = sample_inputs(model)
+    assert extra in inputs
+    with torch.no_grad():
+        output = model(**inputs)
+    assert output.last_hidden_state.shape[0] == 2

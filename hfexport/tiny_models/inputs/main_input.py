@@ -506,7 +506,18 @@ def _stack_embeddings(r: Request) -> dict[str, torch.Tensor]:
     for name in sorted(_POSITION_EMBEDDINGS & r.parameters):
         # DETR-family stacks add their model's position embeddings (of the image's features, of the object queries).
         inputs[name] = torch.randn(states, generator=r.generator)
+    if "query_position_embeddings" in inputs and hasattr(r.config, "query_dim"):
+        # DAB-DETR's decoder reads its queries' anchor boxes (query_dim logits each) instead.
+        inputs["query_position_embeddings"] = torch.randn(
+            r.batch_size, length, r.config.query_dim, generator=r.generator
+        )
+    for name in sorted(_PADDING_MASKS & r.required):
+        # Stacks that require their model's padding mask of the image features (DAB-DETR's): no pixel is padding.
+        inputs[name] = torch.ones(r.batch_size, r.seq_length, dtype=torch.long)
     return inputs
+
+
+_PADDING_MASKS = {"attention_mask", "memory_key_padding_mask"}
 
 
 _POSITION_EMBEDDINGS = {
