@@ -7,6 +7,8 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 from support import export_dynamic, without_workaround
+from transformers import PretrainedConfig
+from transformers.models.led.modeling_led import LEDEncoderSelfAttention
 
 from hfexport.exporters import (
     ExportStageError,
@@ -63,3 +65,39 @@ def test_groupvit_needs_its_group_tokens_redrawn(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delitem(models.DEGENERATE_INIT, "groupvit")
     model = tiny_model("GroupViTModel")
     assert _max_diff(model, export_dynamic(model, sample_inputs(model), "onnx"), sample_inputs(model, **SECOND)) > 1e-3
+
+
+class SequenceMajorChunks(torch.nn.Module):
+    """LED's query chunks: projected sequence-major (its self-attention transposes before the linears), the heads
+    folded into the batch, then overlapped by the model's own ``_chunk``."""
+
+    def __init__(self):
+        super().__init__()
+        self.query = torch.nn.Linear(8, 8)
+        self.config = PretrainedConfig()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = hidden_states.shape
+        query = self.query(hidden_states.transpose(0, 1)).view(length, batch, 2, 4).transpose(0, 1)
+        return LEDEncoderSelfAttention._chunk(query.transpose(1, 2).reshape(batch * 2, length, 4), 2)
+
+
+def test_sliding_chunks_read_each_token_in_any_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    module, traced, second = SequenceMajorChunks(), torch.randn(2, 8, 8), torch.randn(3, 12, 8)
+    exported = export_dynamic(module, {"hidden_states": traced}, "onnx")
+    for hidden_states in (traced, second):
+        assert _max_diff(module, exported, {"hidden_states": hidden_states}) < 1e-6
+    # as_strided on the projection's sequence-major strides, read by onnxruntime as a contiguous layout.
+    without_workaround(monkeypatch, "onnx", "_patch_sliding_chunks_unfolded")
+    exported = export_dynamic(module, {"hidden_states": traced}, "onnx")
+    assert _max_diff(module, exported, {"hidden_states": traced}) > 1e-2
+
+
+@pytest.mark.slow  # two ONNX exports of LEDModel, 50-100 s each
+def test_led_onnx_matches_eager_at_both_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model("LEDModel")
+    exported = export_dynamic(model, sample_inputs(model), "onnx")
+    for shape in ({}, SECOND):
+        assert _max_diff(model, exported, sample_inputs(model, **shape)) < 1e-5
+    without_workaround(monkeypatch, "onnx", "_patch_sliding_chunks_unfolded")
+    assert _max_diff(model, export_dynamic(model, sample_inputs(model), "onnx"), sample_inputs(model)) > 1e-4

@@ -155,3 +155,21 @@ def _patch_lgamma_as_lanczos_series(original: Callable) -> Callable:
         return value.to(input.dtype)
 
     return lgamma
+
+
+_SLIDING_CHUNKS = (
+    "transformers.models.longformer.modeling_longformer.LongformerSelfAttention._chunk",
+    "transformers.models.led.modeling_led.LEDEncoderSelfAttention._chunk",
+)
+
+
+@register_patch("onnx", *_SLIDING_CHUNKS)
+@register_patch("executorch", *_SLIDING_CHUNKS)
+def _patch_sliding_chunks_unfolded(original: Callable) -> Callable:
+    # longformer, led: `_chunk` overlaps the windows with as_strided on the strides of its input, which the projections
+    # leave sequence-major; ONNX and ExecuTorch read them as a contiguous layout, so each chunk took other tokens'
+    # queries and keys (LEDModel's encoder 3.1e-4 from eager). The model's own onnx_export path chunks by index, unfold.
+    def _chunk(hidden_states: torch.Tensor, window_overlap: int, onnx_export: bool = False) -> torch.Tensor:
+        return original(hidden_states, window_overlap, onnx_export=True)
+
+    return _chunk
