@@ -1363,3 +1363,17 @@ def test_an_audio_tower_built_alone_reads_what_its_model_hands_it(module: str, n
     with torch.no_grad():
         output = model(**inputs)
     assert torch.isfinite(output if isinstance(output, torch.Tensor) else output.last_hidden_state).all()
+
+
+@pytest.mark.parametrize(
+    "name", ["MoshiDepthDecoder", pytest.param("MoshiForConditionalGeneration", marks=pytest.mark.slow)]
+)
+def test_moshi_reads_the_streams_its_generation_hands_it(name: str) -> None:
+    # The depth decoder reads the main decoder's state at each step it predicts codebooks for ("'NoneType' object is
+    # not subscriptable"); the full model both speakers' audio codes beside the text ("expected Tensor as element 0").
+    from transformers.models.moshi import modeling_moshi
+
+    model = tiny_model(getattr(modeling_moshi, name))
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        assert model(**inputs).logits.shape[0] == 2

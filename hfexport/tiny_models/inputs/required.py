@@ -149,6 +149,15 @@ def _subsampled_features_and_mask(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+@builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "num_windows_side"))
+def _windowed_patches(r: Request) -> dict[str, torch.Tensor]:
+    # Windowed ViT encoders built alone (LwDetrViTEncoder) read their model's patch grid cut into num_windows_side**2
+    # windows, stacked in the batch: (batch * windows, patches per window, hidden_size).
+    side = r.config.image_size // r.config.patch_size // r.config.num_windows_side
+    shape = (r.batch_size * r.config.num_windows_side**2, side * side, r.config.hidden_size)
+    return {"hidden_states": torch.randn(shape, generator=r.generator)}
+
+
 @builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "hidden_sizes"))
 def _stem_feature_map(r: Request) -> dict[str, torch.Tensor]:
     # Conv encoders built alone read what their first conv reads: ConvNextEncoder its stem's (batch, first stage
@@ -309,6 +318,14 @@ def _both_speakers_audio_codes(r: Request) -> dict[str, torch.Tensor]:
         name: torch.randint(r.config.audio_vocab_size, shape, generator=r.generator)
         for name in ("moshi_audio_codes", "user_audio_codes")
     }
+
+
+@builds(Stage.REQUIRED, when=lambda r: "last_hidden_state" in r.parameters and hasattr(r.config, "input_size"))
+def _main_decoder_state(r: Request) -> dict[str, torch.Tensor]:
+    # Moshi's depth decoder predicts one time step's codebooks from the main decoder's state at that step: (rows, 1,
+    # input_size), a row per step of the ids it reads (its model flattens batch and time into rows).
+    rows = r.inputs["input_ids"].shape[0]
+    return {"last_hidden_state": torch.randn(rows, 1, r.config.input_size, generator=r.generator)}
 
 
 @builds(Stage.REQUIRED, when=lambda r: "audio_mel_mask" in r.missing)

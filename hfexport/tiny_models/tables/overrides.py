@@ -199,6 +199,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # The talker's MoE blocks read their shared expert's width, which its config class does not declare (checkpoints
     # store it in config.json).
     "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": INTERMEDIATE},
+    # Built alone, Moshi's depth decoder keeps the main decoder's full 4096 width that its model sets to its own.
+    "moshi_depth": {"input_size": HIDDEN},
     # Its conformer's conv widths equal the encoder's hidden size at full size (1024, which no cap names) and the
     # depth is num_blocks: shrunk with it.
     "phi4_multimodal_audio": {
