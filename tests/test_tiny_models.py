@@ -1064,6 +1064,16 @@ def test_a_sub_module_built_alone_is_built_and_fed_as_its_model_does_it(module: 
         assert _first_tensor(model(**sample_inputs(model))).shape[0] == 2
 
 
+def test_esmfold_folds_residue_indices_with_a_tiny_folding_config() -> None:
+    # Was "'NoneType' object has no attribute 'fp16_esm'" (no folding config), then "index 31 is out of bounds" (ids
+    # beyond AlphaFold's 21 residue types).
+    model = tiny_model("EsmForProteinFolding")
+    inputs = sample_inputs(model)
+    assert int(inputs["input_ids"].max()) < 21 and not model.config.esmfold_config.fp16_esm
+    with torch.no_grad():
+        assert model(**inputs).positions.shape[1:3] == (2, 7)
+
+
 def test_visual_bert_region_to_phrase_head_scores_regions_against_the_tokens_it_selects() -> None:
     # Was "`region_to_phrase_position` should not be None when using Flickr Model".
     model = tiny_model("VisualBertForRegionToPhraseAlignment")

@@ -8,7 +8,13 @@ import torch
 
 from ...model_keyed import TINY_MODEL_ENTRY, declare
 from ..classes import class_names
-from ..tables import CODEBOOK_STACKED_TYPES, DECODER_CODEBOOKS, PADDED_MASK_TYPES, SEPARATED_QUESTION_TYPES
+from ..tables import (
+    CODEBOOK_STACKED_TYPES,
+    DECODER_CODEBOOKS,
+    PADDED_MASK_TYPES,
+    SEPARATED_QUESTION_TYPES,
+    TIME_CONDITIONED_STACKS,
+)
 from .draw import sequence_ids, token_ids
 from .registry import Request, Stage, builds
 
@@ -77,6 +83,13 @@ def _flow_matching_noise(r: Request) -> dict[str, torch.Tensor]:
         "noise": torch.randn(chunk, generator=r.generator),
         "timestep": torch.rand(r.batch_size, generator=r.generator),
     }
+
+
+@builds(Stage.AUXILIARY, when=lambda r: type(r.model).__name__ in TIME_CONDITIONED_STACKS)
+def _time_condition(r: Request) -> dict[str, torch.Tensor]:
+    # Its model passes a (1, hidden) sinusoid (cos and sin values) that broadcasts over batch and sequence; without it
+    # every layer's ada-norm reads None.
+    return {"t_cond": 2 * torch.rand(1, r.config.hidden_size, generator=r.generator) - 1}
 
 
 # ── Finishing: what reads the final token ids, then decoder ids ──
@@ -195,6 +208,16 @@ def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
     # transposes into a view its embedding cannot read.
     shape = (r.batch_size, r.seq_length, getattr(decoder, codebooks))
     return {"decoder_input_ids": token_ids(decoder, shape, r.generator)}
+
+
+# AlphaFold's residue types: 20 amino acids and X (openfold's residue_constants.restypes_with_x).
+_RESIDUE_TYPES = 21
+
+
+@builds(Stage.FINISH, when=lambda r: "input_ids" in r.inputs and getattr(r.config, "is_folding_model", False))
+def _residue_indices(r: Request) -> dict[str, torch.Tensor]:
+    # ESMFold reads residue indices, which it maps to its language model's tokens ("index out of bounds" on others).
+    return {"input_ids": r.inputs["input_ids"] % _RESIDUE_TYPES}
 
 
 def _question_end(r: Request) -> int:

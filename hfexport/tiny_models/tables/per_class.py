@@ -6,6 +6,13 @@ from typing import Any
 
 from .sizes import HIDDEN
 
+# ESM-2's tokens, in id order: ESMFold finds its special tokens and residues in them by name.
+_ESM2_VOCABULARY = [
+    *("<cls>", "<pad>", "<eos>", "<unk>"),
+    *"LAGVSERTIDPKQNFYMHWCXBUZO.-",
+    *("<null_1>", "<mask>"),
+]
+
 # ── Per-class configs ──
 # Model class -> constructor arguments of its tiny config, where its model type's other classes need others.
 CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
@@ -44,6 +51,35 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     **{
         segmenter: {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]}
         for segmenter in ("BeitForSemanticSegmentation", "Data2VecVisionForSemanticSegmentation")
+    },
+    # ESMFold: the language model folds only with a folding config (EsmConfig leaves it None), in float32, and maps
+    # AlphaFold residue indices to its tokens by name (ESM-2's 33-token vocabulary). A tiny trunk and structure module.
+    "EsmForProteinFolding": {
+        "is_folding_model": True,
+        "vocab_size": len(_ESM2_VOCABULARY),
+        "vocab_list": _ESM2_VOCABULARY,
+        "esmfold_config": {
+            "fp16_esm": False,
+            "lddt_head_hid_dim": 16,
+            "trunk": {
+                "num_blocks": 2,
+                "sequence_state_dim": 2 * HIDDEN,
+                "pairwise_state_dim": 16,
+                "sequence_head_width": 4,
+                "pairwise_head_width": 4,
+                "position_bins": 4,
+                "chunk_size": 16,
+                "max_recycles": 1,
+                "structure_module": {
+                    "sequence_dim": HIDDEN,
+                    "pairwise_dim": 16,
+                    "ipa_dim": 16,
+                    "resnet_dim": 16,
+                    "num_heads_ipa": 4,
+                    "num_blocks": 2,
+                },
+            },
+        },
     },
     # Built alone, its text config lacks the initializer range that Pix2StructConfig sets on it (its default, 0.02).
     "Pix2StructTextModel": {"initializer_range": 0.02},
