@@ -1387,3 +1387,15 @@ def test_moshi_reads_the_streams_its_generation_hands_it(name: str) -> None:
     inputs = sample_inputs(model)
     with torch.no_grad():
         assert model(**inputs).logits.shape[0] == 2
+
+
+def test_voxtral_realtime_text_model_reads_its_models_time_condition() -> None:
+    # Its layers scale their norms by the model's embedding of the transcription delay, passed as t_cond through
+    # **kwargs: without it "linear(): argument 'input' (position 1) must be Tensor, not NoneType".
+    from transformers.models.voxtral_realtime.modeling_voxtral_realtime import VoxtralRealtimeTextModel
+
+    model = tiny_model(VoxtralRealtimeTextModel)
+    inputs = sample_inputs(model)
+    assert inputs["t_cond"].shape == (1, model.config.hidden_size)
+    with torch.no_grad():
+        assert model(**inputs).last_hidden_state.shape == (2, 7, model.config.hidden_size)

@@ -40,6 +40,7 @@ from .samples import (
     SEPARATED_QUESTION_TYPES,
     SPLICED_IMAGE_TYPES,
     STACKED_FRAMES,
+    TIME_CONDITIONED_STACKS,
     WAVEFORM_INPUTS,
 )
 from .sizes import (
@@ -140,6 +141,7 @@ __all__ = [
     "STACKED_FRAMES",
     "STAGE_WIDTH_LIST_KEYS",
     "SUFFIX_CAPS",
+    "TIME_CONDITIONED_STACKS",
     "UNRUNNABLE",
     "VOCAB",
     "WAVEFORM_INPUTS",

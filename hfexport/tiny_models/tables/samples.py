@@ -119,6 +119,9 @@ PATCHED_WINDOW_INPUTS = {"PatchTSTEncoder": "patch_input", "PatchTSMixerEncoder"
 # Speech encoders whose conv front end reads (batch, 1, samples) waveforms without adding the channel itself (their CTC
 # and LLM wrappers pass them so): the audio config's model type.
 MONO_CHANNEL_WAVEFORM_TYPES = ("omniasr_audio",)
+# Text stacks built alone whose layers read their model's time condition through **kwargs (t_cond: Voxtral Realtime's
+# embedding of the transcription delay, which scales every layer's ada-norm).
+TIME_CONDITIONED_STACKS = ("VoxtralRealtimeTextModel",)
 # Model class -> the forward parameter its main waveform goes to, where that is not input_values.
 WAVEFORM_INPUTS = {"VibeVoiceAcousticTokenizerEncoderModel": "hidden_states"}
 # Model types whose question-answering and multiple-choice heads find the question by its separators: Longformer puts
