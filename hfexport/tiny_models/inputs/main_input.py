@@ -299,7 +299,8 @@ def _embeds_cut_patches(r: Request) -> bool:
     # A tower whose first layer is a linear patch embedding of one patch's pixels, its positions fixed in number.
     first = next((m for m in r.model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Conv2d)), None)
     vision = image_config(r.config)
-    pixels = getattr(vision, "num_channels", 3) * getattr(vision, "patch_size", 0) ** 2
+    patch = getattr(vision, "patch_size", 0)  # per stage in hierarchical towers (Florence-2's DaViT): not one patch
+    pixels = getattr(vision, "num_channels", 3) * patch**2 if isinstance(patch, int) else None
     linear = isinstance(first, torch.nn.Linear) and first.in_features == pixels
     return r.main_input == "pixel_values" and linear and getattr(vision, "num_position_embeddings", None) is not None
 
