@@ -143,6 +143,8 @@ def _module_class(module: str, name: str) -> type:
         ("dab_detr", "DabDetrDecoder", "memory_key_padding_mask"),
         # LW-DETR's ViT reads its patch grid cut into windows stacked in the batch ("shape '[0, 28, 32]' is invalid").
         ("lw_detr", "LwDetrViTEncoder", "hidden_states"),
+        # Florence-2's DaViT is called with its model's images (was "missing ... 'hidden_states'", then a 1 x 7 map).
+        ("florence2", "Florence2VisionBackbone", "hidden_states"),
     ],
 )
 def test_a_stack_built_alone_gets_what_its_model_computes_for_it(module: str, name: str, extra: str) -> None:

@@ -175,6 +175,20 @@ def _first_layer(model: torch.nn.Module) -> torch.nn.Module | None:
     )
 
 
+def _embeds_images(r: Request) -> bool:
+    first = _first_layer(r.model)
+    vision = image_config(r.config)
+    channels = getattr(vision, "num_channels", None) or getattr(vision, "in_channels", None)
+    return isinstance(first, torch.nn.Conv2d) and first.in_channels == channels
+
+
+@builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and _embeds_images(r))
+def _images_as_states(r: Request) -> dict[str, torch.Tensor]:
+    # Vision backbones whose first conv embeds the image (Florence2VisionBackbone, called with its model's
+    # pixel_values) read the images.
+    return {"hidden_states": pixel_values(r)}
+
+
 @builds(
     Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and isinstance(_first_layer(r.model), torch.nn.Conv2d)
 )
@@ -396,6 +410,20 @@ def _embedding_width(config: PretrainedConfig, name: str) -> int:
         # Action experts (PI0) embed noisy actions at their own width.
         return config.dit_config.hidden_size
     return config.hidden_size
+
+
+@builds(Stage.REQUIRED, when=lambda r: {"marks", "num_options", "question_type_ids"} <= r.missing)
+def _decision_questions(r: Request) -> dict[str, torch.Tensor]:
+    """Decision heads (JevForDecision) score each question's options at the token before its mark, as ``decide``
+    passes them: one question of every type its config gives an offset for, two options each, marks (1-based token
+    positions) every second token back from the row's end. Only the first prompt of the batch is read."""
+    questions = len(r.config.offsets)
+    marks = r.seq_length - 2 * torch.arange(questions).flip(0)
+    return {
+        "marks": marks.expand(r.batch_size, -1).clone(),
+        "num_options": torch.full((r.batch_size, questions), 2),
+        "question_type_ids": torch.arange(questions).expand(r.batch_size, -1).clone(),
+    }
 
 
 def _reads_time_embedding(r: Request) -> bool:
