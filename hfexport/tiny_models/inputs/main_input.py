@@ -148,7 +148,24 @@ def _multi_scale_features(r: Request) -> dict[str, torch.Tensor | list[tuple[int
     for name, shape in sized.items():
         if name in r.parameters:
             inputs[name] = torch.rand(r.batch_size, *shape, generator=r.generator)
+    if "vision_features" in r.parameters:
+        inputs.update(_grounding_encoder_inputs(r, inputs.pop("inputs_embeds")))
     return inputs
+
+
+def _grounding_encoder_inputs(r: Request, features: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Grounding DINO's encoders built alone fuse the image features with the text's (both d_model wide), with their
+    position embeddings; its masks are inverted (True: padding), and nothing is padded."""
+    memory, width, text = features.shape[1], r.config.d_model, r.seq_length
+    return {
+        "vision_features": features,
+        "vision_attention_mask": torch.zeros(r.batch_size, memory, dtype=torch.bool),
+        "vision_position_embedding": torch.randn(r.batch_size, memory, width, generator=r.generator),
+        "text_features": torch.randn(r.batch_size, text, width, generator=r.generator),
+        "text_attention_mask": torch.zeros(r.batch_size, text, dtype=torch.bool),
+        "text_self_attention_masks": torch.zeros(r.batch_size, text, text, dtype=torch.bool),
+        "text_position_ids": torch.arange(text).expand(r.batch_size, -1),
+    }
 
 
 # The side of the image feature map prompt-conditioned detector stacks read (its deepest FPN level).
