@@ -13,7 +13,7 @@ import torch
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
 from ..torch_compat import _BatchNorm
-from .classes import UnrunnableModelError, resolve_model_class
+from .classes import VARIANT_SEPARATOR, UnrunnableModelError, resolve_model_class
 from .configs import tiny_config
 from .tables import DEGENERATE_INIT, NEEDS_PACKAGES, UNRUNNABLE
 from .variants import named_overrides
@@ -26,12 +26,15 @@ def tiny_model(
     overrides: dict[str, Any] | None = None,
 ) -> PreTrainedModel:
     """Build a seeded, random-weight, float32 tiny model in eval mode (``overrides``: see ``tiny_config``)."""
+    # Before resolving: a class whose modeling module imports the package (HiggsAudioV2Tokenizer, torchaudio) does not
+    # resolve without it.
+    class_name = name.__name__ if isinstance(name, type) else name.partition(VARIANT_SEPARATOR)[0]
+    missing = missing_packages(class_name)
+    if missing:
+        raise UnrunnableModelError(f"{class_name}: {missing}")
     model_class = resolve_model_class(name)
     if model_class.__name__ in UNRUNNABLE:
         raise UnrunnableModelError(f"{model_class.__name__}: {UNRUNNABLE[model_class.__name__]}")
-    missing = missing_packages(model_class.__name__)
-    if missing:
-        raise UnrunnableModelError(f"{model_class.__name__}: {missing}")
     config = tiny_config(name, checkout=checkout, overrides={**named_overrides(name), **(overrides or {})})
     torch.manual_seed(seed)
     try:

@@ -162,6 +162,9 @@ NEEDS_PACKAGES: dict[str, tuple[str, ...]] = {
     "TimmBackbone": _TIMM,
     "TimmWrapperModel": _TIMM,
     "TimmWrapperForImageClassification": _TIMM,
+    # Its semantic branch resamples the waveform with torchaudio, which PyPI has for torch 2.11 at the latest (none
+    # for the pinned 2.13.0+cpu).
+    "HiggsAudioV2TokenizerModel": ("torchaudio",),
 }
 
 # ── Alternate configs ──
