@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .sizes import HIDDEN
+from .sizes import HEADS, HIDDEN, IMAGE_SIZE, INTERMEDIATE
 
 # ESM-2's tokens, in id order: ESMFold finds its special tokens and residues in them by name.
 _ESM2_VOCABULARY = [
@@ -87,6 +87,20 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     "T5GemmaEncoderModel": {"is_encoder_decoder": False},
     # Images per sample are left to checkpoints (-1 by default): NLVR2's two, each its own modality type after text's.
     "ViltForImagesAndTextClassification": {"num_images": 2, "modality_type_vocab_size": 3},
+    # DEIMv2's DINOv3 variants (S to X) fuse three levels of a DINOv3 ViT (the default backbone is an HGNetV2).
+    "Deimv2DINOv3ConvEncoder": {
+        "backbone_config": {
+            "model_type": "dinov3_vit",
+            "hidden_size": HIDDEN,
+            "intermediate_size": INTERMEDIATE,
+            "num_hidden_layers": 3,
+            "num_attention_heads": HEADS,
+            "image_size": IMAGE_SIZE,
+            "out_indices": [1, 2, 3],
+        }
+    },
+    # DEIMv2's small variants (Atto to Pico) fuse two backbone levels in a lite encoder that projects them itself.
+    "Deimv2LiteEncoder": {"encoder_type": "lite", "encoder_in_channels": [32, 64], "feat_strides": [16, 32]},
     # Built alone, its decoder config lacks the dropout rate that T5Gemma2Config sets on its sub-configs.
     "T5Gemma2Decoder": {"dropout_rate": 0.0},
     # Its 3D rope reads the vision tower's merge size, which its config (no model type, so no OVERRIDES entry) does
@@ -112,8 +126,11 @@ PREFIXED_CONFIG_VIEWS: dict[str, str] = dict.fromkeys(
 # runtime session makes). ``tiny_model`` raises ``UnrunnableModelError`` with the reason; the gate reports the class's
 # cells as not checked, with it.
 UNRUNNABLE: dict[str, str] = {
-    "Gemma4AssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer reusing"
-    " them (what the assistant config enforces) fails Gemma4TextConfig.kv_sharing_modes (no producing layer)",
+    # Checked on 5.23 and 5.25: its default config already fails its own checks (its text config's per-layer inputs
+    # must be off); built valid, 5.23's kv_sharing_modes refuses all-reusing layers (5.25's accepts them).
+    "Gemma4AssistantForCausalLM": "drafting head: reads the target model's shared_kv_states (each attention type's"
+    " last keys and values), which only the target computes; every layer reusing them fails"
+    " Gemma4TextConfig.kv_sharing_modes before transformers 5.25 (no producing layer)",
     "Gemma4UnifiedAssistantForCausalLM": "drafting head: reads the target model's shared_kv_states, and every layer"
     " reusing them fails Gemma4UnifiedTextConfig.kv_sharing_modes (no producing layer)",
     "DinatForImageClassification": "its neighborhood attention needs natten, which this project does not install",
