@@ -158,3 +158,22 @@ def test_a_stack_built_alone_gets_what_its_model_computes_for_it(module: str, na
     with torch.no_grad():
         output = model(**inputs)
     assert all(value.isfinite().all() for value in output.values() if isinstance(value, torch.Tensor))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # The DINOv3 variants' conv encoder reads the ViT's hidden_size (was "HGNetV2Config has no hidden_size").
+        "Deimv2DINOv3ConvEncoder",
+        # The lite encoder projects two backbone levels itself (was "expected input[2, 256, 8, 8] to have 512
+        # channels").
+        pytest.param("Deimv2LiteEncoder", marks=pytest.mark.slow),
+    ],
+)
+def test_deimv2_encoders_build_with_the_variant_config_that_uses_them(name: str) -> None:
+    model = tiny_model(_module_class("deimv2", name))
+    inputs = sample_inputs(model)
+    with torch.no_grad():
+        output = model(**inputs)
+    maps = output if isinstance(output, list) else output.feature_maps
+    assert all(feature_map.shape[0] == 2 for feature_map in maps)

@@ -486,10 +486,12 @@ def _projected_feature_pyramid(r: Request) -> dict[str, list[torch.Tensor] | tup
     # RT-DETR-style hybrid encoders built alone read the backbone's levels projected to encoder_hidden_dim, each half
     # the size of the one before (the FPN upsamples by 2 and concatenates).
     levels = len(r.config.encoder_in_channels)
-    shapes = [
-        (r.batch_size, r.config.encoder_hidden_dim, 2 ** (levels - level), 2 ** (levels - level))
-        for level in range(levels)
-    ]
+    widths = [r.config.encoder_hidden_dim] * levels
+    first = next(m for m in r.model.modules() if isinstance(m, torch.nn.Conv2d))
+    if first.in_channels == r.config.encoder_in_channels[0]:
+        # An encoder that projects the levels itself (Deimv2LiteEncoder) reads them at the backbone's widths.
+        widths = r.config.encoder_in_channels
+    shapes = [(r.batch_size, widths[level], 2 ** (levels - level), 2 ** (levels - level)) for level in range(levels)]
     inputs: dict[str, list[torch.Tensor] | tuple[torch.Tensor, torch.Tensor]] = {
         "inputs_embeds": [torch.randn(shape, generator=r.generator) for shape in shapes]
     }
