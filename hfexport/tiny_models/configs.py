@@ -304,10 +304,14 @@ def _shrink_config(
 
 def _apply_overrides(kwargs: dict[str, Any], overrides: dict[str, Any]) -> None:
     for key, value in overrides.items():
-        # An override of a sub-config names only the entries it changes (the rest stay shrunk), unless it swaps the
-        # sub-config for another model type.
+        # An override of a sub-config names only the entries it changes (the rest stay shrunk), at any depth, unless
+        # it swaps the sub-config for another model type.
         nested = isinstance(value, dict) and isinstance(kwargs.get(key), dict) and "model_type" in kwargs[key]
-        kwargs[key] = {**kwargs[key], **value} if nested and "model_type" not in value else _override_value(value)
+        if nested and "model_type" not in value:
+            kwargs[key] = dict(kwargs[key])
+            _apply_overrides(kwargs[key], value)
+        else:
+            kwargs[key] = _override_value(value)
 
 
 def _override_value(value: Any) -> Any:

@@ -64,6 +64,8 @@ _LCNET_V4_DETECTOR = {
     "out_features": ["stage1", "stage2", "stage3", "stage4"],
     "out_indices": [1, 2, 3, 4],
 }
+# ESMFold 2's atom encoders (sub-configs without a model type of their own): one rotary pair per axis and space id.
+_ONE_ROPE_PAIR_EACH = {"num_spatial_rope_pairs_per_axis": 1, "num_uid_rope_pairs": 1}
 # Per model type, what generic shrinking cannot derive (applies to sub-configs of that type too).
 OVERRIDES: dict[str, dict[str, Any]] = {
     # Deformable-attention detectors normalise each input projection with GroupNorm(32, d_model): at the tiny width
@@ -363,6 +365,14 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Its keys and values are rounded to NVFP4 in blocks of 16: the config refuses a head_dim that is not a multiple;
     # its indexer has at most as many heads as the query heads sharing key head 0 (2 of the tiny 4 over 2).
     "kolibri1_1": {"head_dim": 16, "index_num_heads": 2},
+    # Its atom encoders' 3D rotary packs three spatial axes and the atom's space id into half a head (3 * 2 + 10 pairs
+    # by default): one pair each fits the tiny head of 8. Its single inputs are the atom encoder's output (the tiny
+    # width), two one-hots of its 33 residue types and a profile scalar.
+    "esmfold2": {
+        "single_inputs_size": HIDDEN + 2 * 33 + 1,
+        "atom_encoder": _ONE_ROPE_PAIR_EACH,
+        "structure_head": {"diffusion_module": {"atom_encoder": _ONE_ROPE_PAIR_EACH}},
+    },
     # Its rotary sections pair height with width (the modeling code's default, [22, 22, 20]): equal first two.
     "ernie4_5_vl_moe_text": {
         "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0, "mrope_section": [1, 1, 2]}
