@@ -149,6 +149,8 @@ def _module_class(module: str, name: str) -> type:
         # arguments: 'vision_features', ...").
         ("grounding_dino", "GroundingDinoEncoder", "text_features"),
         pytest.param("mm_grounding_dino", "MMGroundingDinoEncoder", "text_features", marks=pytest.mark.slow),
+        # Swin's encoder reads the patch embeddings and the grid's (height, width) ("missing ... 'input_dimensions'").
+        ("swin", "SwinEncoder", "input_dimensions"),
     ],
 )
 def test_a_stack_built_alone_gets_what_its_model_computes_for_it(module: str, name: str, extra: str) -> None:

@@ -149,6 +149,16 @@ def _subsampled_features_and_mask(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+@builds(Stage.REQUIRED, when=lambda r: {"hidden_states", "input_dimensions"} <= r.missing)
+def _patch_grid_states(r: Request) -> dict[str, torch.Tensor | tuple[int, int]]:
+    # Swin encoders built alone read their model's patch embeddings, (batch, patches, embed_dim), and the patch grid's
+    # (height, width) as Python ints, which their model passes from the embeddings' output.
+    (height, width), (patch_height, patch_width) = _grid(r.config.image_size), _grid(r.config.patch_size)
+    grid = (height // patch_height, width // patch_width)
+    shape = (r.batch_size, grid[0] * grid[1], r.config.embed_dim)
+    return {"hidden_states": torch.randn(shape, generator=r.generator), "input_dimensions": grid}
+
+
 @builds(Stage.REQUIRED, when=lambda r: "hidden_states" in r.missing and hasattr(r.config, "num_windows_side"))
 def _windowed_patches(r: Request) -> dict[str, torch.Tensor]:
     # Windowed ViT encoders built alone (LwDetrViTEncoder) read their model's patch grid cut into num_windows_side**2
