@@ -151,6 +151,9 @@ def _module_class(module: str, name: str) -> type:
         pytest.param("mm_grounding_dino", "MMGroundingDinoEncoder", "text_features", marks=pytest.mark.slow),
         # Swin's encoder reads the patch embeddings and the grid's (height, width) ("missing ... 'input_dimensions'").
         ("swin", "SwinEncoder", "input_dimensions"),
+        # OmDet-Turbo's decoder reads its encoder's levels and the prompts' embeddings ("missing 4 required positional
+        # arguments: 'vision_features', ...").
+        ("omdet_turbo", "OmDetTurboDecoder", "task_features"),
     ],
 )
 def test_a_stack_built_alone_gets_what_its_model_computes_for_it(module: str, name: str, extra: str) -> None:

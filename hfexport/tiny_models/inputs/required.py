@@ -494,6 +494,26 @@ def _class_prompts(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+@builds(Stage.REQUIRED, when=lambda r: {"vision_features", "class_features", "task_features"} <= r.missing)
+def _prompted_decoder_inputs(r: Request) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+    """OmDet-Turbo's decoder built alone: its encoder's feature levels (vision_features_channels wide, each half the
+    side of the one before), and sequence-first embeddings of every sample's class prompts and of its task prompt
+    (class_embed_dim wide), with the task's mask (no token padded)."""
+    channels = r.config.vision_features_channels
+    sides = [2 ** (len(channels) - 1 - level) for level in range(len(channels))]
+    maps = [
+        torch.randn(r.batch_size, width, side, side, generator=r.generator)
+        for width, side in zip(channels, sides, strict=True)
+    ]
+    width = r.config.class_embed_dim
+    return {
+        "vision_features": maps,
+        "class_features": torch.randn(_CLASSES_PER_SAMPLE, r.batch_size, width, generator=r.generator),
+        "task_features": torch.randn(r.seq_length, r.batch_size, width, generator=r.generator),
+        "task_mask": torch.ones(r.batch_size, r.seq_length, dtype=torch.long),
+    }
+
+
 @builds(Stage.REQUIRED, when=lambda r: "task_inputs" in r.missing and hasattr(r.config, "task_seq_len"))
 def _task_token_ids(r: Request) -> dict[str, torch.Tensor]:
     # OneFormer conditions on its task ("the task is semantic") as task_seq_len token ids of its text encoder.
