@@ -442,6 +442,9 @@ def _attn_implementation(model_class: type[PreTrainedModel]) -> str:
 def _config_class(model_class: type[PreTrainedModel]) -> type[PretrainedConfig]:
     """The config class a model is built from: where a sub-model declares the generic one (PI05ActionExpertModel, handed
     its model's dit_config), its family's, which its model's config nests its sub-config in (``handed_sub_config``)."""
+    if model_class.config_class is not PretrainedConfig:
+        # A config class of its own without a model type (Qwen3-Omni's talker and Code2Wav) is still the one it reads.
+        return model_class.config_class
     for cls in model_class.__mro__:
         config_cls = getattr(cls, "config_class", None)
         if isinstance(config_cls, type) and getattr(config_cls, "model_type", ""):
