@@ -326,3 +326,36 @@ def test_the_slot_cache_declines_a_sparse_attention_indexer_with_the_reason(name
     cache = _eager_cache(model, sample_inputs(model))
     with pytest.raises(NotImplementedError, match="also keeps the sparse-attention indexer's keys"):
         layout_from_cache(cache, 16, torch.float32)
+
+
+def test_a_model_whose_generate_feeds_the_whole_sequence_each_step_is_declined_with_the_reason() -> None:
+    # CpmAnt's forward slices the cached prefix off the whole sequence, branching on the past length: its decode
+    # trace failed on "Could not guard on data-dependent expression Eq(u0, 1)", a failure of the cell's generation.
+    from hfexport.exporters.generation.export import _decline_whole_sequence_steps, _eager_cache
+
+    for name, declined in (("CpmAntForCausalLM", True), ("LlamaForCausalLM", False)):
+        model = tiny_model(name)
+        input_ids = sample_inputs(model)["input_ids"]
+        cache = _eager_cache(model, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)})
+        if declined:
+            with pytest.raises(NotImplementedError, match="feeds it the whole sequence at every step"):
+                _decline_whole_sequence_steps(model, input_ids, cache)
+        else:
+            _decline_whole_sequence_steps(model, input_ids, cache)
+
+
+def test_gate_records_generation_as_skipped_where_eager_generate_emits_audio_codes() -> None:
+    # Sesame CSM's generate returns (batch, frames, codebooks) codes: compared with the exported text tokens, the
+    # cell failed with "4 greedy tokens differ from eager". Nothing is exported for a comparison that cannot be made.
+    from hfexport.gate.checks.generation import check_generation
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported for a generation that is not compared")
+
+    model = tiny_model("CsmForConditionalGeneration")
+    cell: dict = {"generation": None}
+    check_generation(model, model, sample_inputs(model), no_export, "dynamo", cell, {})
+    assert cell["generation"] == {
+        "status": "skipped",
+        "detail": "not compared: eager generate() emits 3-D audio codes, not token ids",
+    }

@@ -218,11 +218,9 @@ def _export_decoder_only(
     batch_size, prompt_length = input_ids.shape
     if prompt_length >= max_cache_len:
         raise ValueError(f"the sample prompt ({prompt_length} tokens) does not fit max_cache_len={max_cache_len}")
-    layout = layout_from_cache(
-        _eager_cache(model, {"input_ids": input_ids, "attention_mask": attention_mask}),
-        max_cache_len,
-        model.dtype,
-    )
+    cache = _eager_cache(model, {"input_ids": input_ids, "attention_mask": attention_mask})
+    _decline_whole_sequence_steps(model, input_ids, cache)
+    layout = layout_from_cache(cache, max_cache_len, model.dtype)
     keys, values = layout.zeros(batch_size)
     step_mask = torch.zeros(batch_size, max_cache_len, dtype=attention_mask.dtype)
     step_mask[:, : prompt_length + 1] = 1
@@ -267,6 +265,7 @@ def _export_static_decoder(
             f"the sample prompt ({prompt_length} tokens) does not fit a {max_cache_len}-token window"
         )
     cache = static_cache(model, max_cache_len)
+    _decline_whole_sequence_steps(model, input_ids, cache)  # generate's slicing reads the step, not the cache
     with torch.no_grad():
         mask = mask_over_slots(cache, attention_mask, max_cache_len)
         model(**{**prefill_inputs, "attention_mask": mask}, past_key_values=cache, use_cache=True)
@@ -288,6 +287,29 @@ def _export_static_decoder(
     }
     # The decode program's guard keeps the last slot unused: a request fits max_cache_len - 1 tokens.
     return components, _decoder_record(model, config, components, max_cache_len - 1, input_ids.shape, layout.to_dict())
+
+
+def _decline_whole_sequence_steps(model: PreTrainedModel, input_ids: torch.Tensor, cache: Cache) -> None:
+    """The decode program takes the new token alone, as ``generate`` hands most models a step; a model whose
+    ``prepare_inputs_for_generation`` keeps the whole sequence at every step (CpmAnt: its forward slices the cached
+    prefix off itself, branching on the past length) cannot run as one, so it is declined with that reason."""
+    longer = torch.cat([input_ids, input_ids[:, -1:]], 1)
+    try:  # the arguments generate's decode step passes (transformers 5.23)
+        step = model.prepare_inputs_for_generation(
+            longer,
+            past_key_values=cache,
+            attention_mask=torch.ones_like(longer),
+            cache_position=torch.tensor([input_ids.shape[1]]),
+            next_sequence_length=1,
+        )
+    except Exception:  # a probe only: a preparation that needs more (another transformers, images) decides nothing
+        return
+    fed = step.get("input_ids")
+    if isinstance(fed, torch.Tensor) and fed.shape[-1] > 1:
+        raise NotImplementedError(
+            f"{type(model).__name__}'s generate feeds it the whole sequence at every step ({fed.shape[-1]} tokens, "
+            "its forward slicing off the cached prefix): a decode program takes the new token alone"
+        )
 
 
 def _prompt_inputs(sample_inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
