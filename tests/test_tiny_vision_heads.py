@@ -182,3 +182,13 @@ def test_deimv2_encoders_build_with_the_variant_config_that_uses_them(name: str)
         output = model(**inputs)
     maps = output if isinstance(output, list) else output.feature_maps
     assert all(feature_map.shape[0] == 2 for feature_map in maps)
+
+
+def test_perceiver_optical_flow_reads_patched_frame_pairs_at_its_training_size() -> None:
+    # Two frames of 3 x 3 RGB patches (27 channels) at train_size, the flow field its decoder outputs; its patches and
+    # their Fourier features (322 wide) need one cross-attention head (was "qk_channels (322) must be divisible").
+    model = tiny_model("PerceiverForOpticalFlow")
+    inputs = sample_inputs(model)
+    assert tuple(inputs["inputs"].shape) == (2, 2, 27, *model.config.train_size)
+    with torch.no_grad():
+        assert model(**inputs).logits.shape == (2, *model.config.train_size, 2)

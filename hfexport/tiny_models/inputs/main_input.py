@@ -312,6 +312,22 @@ def _patches_to_pool(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+def _patch_preprocessor(r: Request) -> torch.nn.Module | None:
+    # A Perceiver whose image preprocessor cuts the frames into patches itself (PerceiverForOpticalFlow's).
+    preprocessor = getattr(getattr(r.model, "perceiver", None), "input_preprocessor", None)
+    return preprocessor if r.main_input == "inputs" and getattr(preprocessor, "prep_type", None) == "patches" else None
+
+
+@builds(Stage.MAIN, when=lambda r: _patch_preprocessor(r) is not None)
+def _patched_frames(r: Request) -> dict[str, torch.Tensor]:
+    # Perceiver's optical flow reads temporal_downsample frames, each as 3 x 3 patches of RGB pixels stacked in the
+    # channels (27: its projection after patching reads the frames concatenated), at the train_size its decoder outputs.
+    preprocessor = _patch_preprocessor(r)
+    channels = preprocessor.conv_after_patches.in_features // preprocessor.temporal_downsample
+    shape = (r.batch_size, preprocessor.temporal_downsample, channels, *r.config.train_size)
+    return {"inputs": torch.randn(shape, generator=r.generator)}
+
+
 def _embeds_cut_patches(r: Request) -> bool:
     # A tower whose first layer is a linear patch embedding of one patch's pixels, its positions fixed in number.
     first = next((m for m in r.model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Conv2d)), None)

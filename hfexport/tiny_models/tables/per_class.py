@@ -22,6 +22,9 @@ CLASS_OVERRIDES: dict[str, dict[str, Any]] = {
     # which the cross-attention reads as its query/key width: one head divides any width.
     "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
     "PerceiverForImageClassificationConvProcessing": {"num_cross_attention_heads": 1},
+    # Likewise the optical-flow patches with their Fourier features (322 wide); its decoder outputs a flow field of
+    # train_size (368 x 496 at full size), which its inputs match.
+    "PerceiverForOpticalFlow": {"num_cross_attention_heads": 1, "train_size": [16, 16]},
     # They run the Q-Former over text, whose layers have a text feed-forward only where the checkpoints (blip2-itm)
     # switch it on (was "'Blip2QFormerLayer' object has no attribute 'intermediate'").
     **{
