@@ -1052,6 +1052,7 @@ def test_a_blip2_head_reading_text_through_the_qformer_has_its_text_feed_forward
         pytest.param("pix2struct", "Pix2StructTextModel", marks=pytest.mark.slow),
         pytest.param("t5gemma", "T5GemmaEncoderModel", marks=pytest.mark.slow),
         pytest.param("blt", "BltLocalDecoder", marks=pytest.mark.slow),
+        pytest.param("diffusion_gemma", "DiffusionGemmaDecoderModel", marks=pytest.mark.slow),
     ],
 )
 def test_a_sub_module_built_alone_is_built_and_fed_as_its_model_does_it(module: str, name: str) -> None:
@@ -1060,7 +1061,8 @@ def test_a_sub_module_built_alone_is_built_and_fed_as_its_model_does_it(module: 
     # "missing 1 required positional argument: 'bbox_pos_emb'" and "Either `decoder_input_ids` or
     # `decoder_inputs_embeds` has to be passed" (a wrapper's *args, beside its shared embeddings, are its decoder's),
     # "no attribute 'initializer_range'" (which Pix2StructConfig sets on its text config), "only supports
-    # encoder-only model" and "'NoneType' object has no attribute 'shape'" (BLT's local decoder: no patch states).
+    # encoder-only model", "'NoneType' object has no attribute 'shape'" (BLT's local decoder: no patch states) and "The
+    # decoder reads the encoder prefix from `past_key_values`, which must not be `None`".
     model_class = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
     model = tiny_model(model_class)
     assert type(model) is model_class and not model.training

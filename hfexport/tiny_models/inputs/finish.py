@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+from transformers import DynamicCache
 
 from ...model_keyed import TINY_MODEL_ENTRY, declare
 from ..classes import class_names
@@ -208,6 +209,28 @@ def _decoder_input_ids(r: Request) -> dict[str, torch.Tensor]:
     # transposes into a view its embedding cannot read.
     shape = (r.batch_size, r.seq_length, getattr(decoder, codebooks))
     return {"decoder_input_ids": token_ids(decoder, shape, r.generator)}
+
+
+def _cache_name(r: Request) -> str | None:
+    # transformers 5.25 renamed past_key_values to cache.
+    return next((name for name in ("cache", "past_key_values") if name in r.parameters), None)
+
+
+def _reads_encoded_prefix(r: Request) -> bool:
+    # A block-diffusion decoder built alone: its model encodes the prompt into the cache, which it cannot do itself.
+    return hasattr(r.config, "canvas_length") and bool(_cache_name(r)) and "input_ids" not in r.parameters
+
+
+@builds(Stage.FINISH, when=lambda r: "decoder_input_ids" in r.inputs and _reads_encoded_prefix(r))
+def _encoded_prefix(r: Request) -> dict[str, DynamicCache]:
+    """DiffusionGemmaDecoderModel reads the prompt its model's encoder wrote into the cache, read-only: every layer's
+    keys and values of a seq_length prompt, (batch, key heads, prompt, head width) at that layer's attention sizes."""
+    cache = DynamicCache(config=r.config.get_text_config())
+    for index, layer in enumerate(r.model.layers):
+        attention = layer.self_attn
+        shape = (r.batch_size, attention.k_proj.out_features // attention.head_dim, r.seq_length, attention.head_dim)
+        cache.update(torch.randn(shape, generator=r.generator), torch.randn(shape, generator=r.generator), index)
+    return {_cache_name(r): cache}
 
 
 # AlphaFold's residue types: 20 amino acids and X (openfold's residue_constants.restypes_with_x).
