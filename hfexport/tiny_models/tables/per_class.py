@@ -150,6 +150,10 @@ UNRUNNABLE: dict[str, str] = {
     " timm produces",
     # No forward of their own: they only generate (Bark chains three sub-models) or encode/decode (a VQ-VAE).
     "BarkModel": "no forward: generation chains its semantic, coarse and fine sub-models (generate only)",
+    **dict.fromkeys(
+        ("Qwen2_5OmniForConditionalGeneration", "Qwen3OmniMoeForConditionalGeneration"),
+        "no forward: generation chains its thinker, talker and code-to-wave models (generate only)",
+    ),
     # BltModel passes its patch count (patch_lengths.shape[1]) to its local encoder as a Python int.
     "BltLocalEncoder": "forward takes num_patches, a Python int sizing its pooled patches, which an exported program"
     " holds as a constant, not an input",
