@@ -300,11 +300,12 @@ _POOLED_PATCHES = 4
 @builds(Stage.MAIN, when=lambda r: {"image_features", "pooled_patches_idx"} <= r.required)
 def _patches_to_pool(r: Request) -> dict[str, torch.Tensor]:
     """Molmo2's adapter: every crop's patch features from the vision layers it reads, concatenated (crops, patches,
-    hidden_size * layers), and which _POOLED_PATCHES patches of the flattened crops each image token pools (seq_length
-    tokens per crop; -1 pads a window at the image's edge: the first token's last slot)."""
+    hidden_size * layers), and which _POOLED_PATCHES patches of the flattened crops each of seq_length image tokens
+    pools (-1 pads a window at the image's edge: the first token's last slot). The tokens' windows stride over the
+    crops, so that no dimension is a product of two sample sizes (the gate's second shape stays within its bounds)."""
     patches = _POOLED_PATCHES * r.seq_length
     width = r.config.hidden_size * len(r.config.vision_feature_layer)
-    pooled = torch.arange(r.batch_size * patches).view(-1, _POOLED_PATCHES)
+    pooled = r.batch_size * torch.arange(patches).view(r.seq_length, _POOLED_PATCHES)
     pooled[0, -1] = -1
     return {
         "image_features": torch.randn(r.batch_size, patches, width, generator=r.generator),
