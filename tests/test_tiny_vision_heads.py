@@ -104,7 +104,7 @@ def test_a_head_reads_only_layers_and_sizes_its_tiny_config_has(name: str) -> No
         ("XCLIPVisionModel", (8, 3, 32, 32)),
     ],
 )
-def test_an_image_head_reads_the_images_its_processor_makes(name: str, pixels: tuple[int, ...]) -> None:
+def test_an_image_model_reads_images_as_its_processor_or_model_shapes_them(name: str, pixels: tuple[int, ...]) -> None:
     model = tiny_model(name)
     inputs = sample_inputs(model)
     assert tuple(inputs["pixel_values"].shape) == pixels
