@@ -436,6 +436,44 @@ def _decision_questions(r: Request) -> dict[str, torch.Tensor]:
     }
 
 
+# Reference-conformer atoms per token of the protein ESMFold 2 folds built alone.
+_ATOMS_PER_TOKEN = 2
+
+
+@builds(Stage.REQUIRED, when=lambda r: "atom_inputs" in r.missing and "res_type" in r.missing)
+def _featurized_protein(r: Request) -> dict[str, torch.Tensor | object]:
+    """ESMFold 2 reads its featurizer's output: one protein chain of seq_length residues (token and residue indices
+    counting up, one chain, entity and copy, no bonds, all valid) and its atoms, _ATOMS_PER_TOKEN per residue, bundled
+    in the model's atom-inputs dataclass (random reference positions, atomic numbers and name characters)."""
+    shape, config = (r.batch_size, r.seq_length), r.config
+    atoms = r.seq_length * _ATOMS_PER_TOKEN
+    atom_to_token = torch.arange(r.seq_length).repeat_interleave(_ATOMS_PER_TOKEN).expand(r.batch_size, -1).clone()
+    bundle = inspect.signature(r.model.forward).parameters["atom_inputs"].annotation  # EsmFold2AtomInputs
+    atom_inputs = bundle(
+        ref_pos=torch.randn(r.batch_size, atoms, 3, generator=r.generator),
+        ref_charge=torch.zeros(r.batch_size, atoms),
+        atom_attention_mask=torch.ones(r.batch_size, atoms, dtype=torch.bool),
+        ref_element=torch.randint(1, config.max_atomic_number, (r.batch_size, atoms), generator=r.generator),
+        ref_atom_name_chars=torch.randint(
+            config.char_vocab_size, (r.batch_size, atoms, config.max_chars), generator=r.generator
+        ),
+        ref_space_uid=atom_to_token.clone(),
+        atom_to_token=atom_to_token,
+    )
+    positions = torch.arange(r.seq_length).expand(*shape).clone()
+    chain = torch.zeros(shape, dtype=torch.long)
+    return {
+        "token_index": positions,
+        "residue_index": positions.clone(),
+        **{name: chain.clone() for name in ("asym_id", "sym_id", "entity_id", "mol_type")},  # one protein chain
+        "res_type": torch.randint(20, shape, generator=r.generator),  # the 20 amino acids
+        "token_bonds": torch.zeros(*shape, r.seq_length, 1),
+        "attention_mask": torch.ones(shape, dtype=torch.long),
+        "atom_inputs": atom_inputs,
+        "input_ids": token_ids(config.esmc_config, shape, r.generator),  # for its ESMC backbone
+    }
+
+
 def _reads_time_embedding(r: Request) -> bool:
     # PI05Model hands it to its action expert through **kwargs, which its own signature does not name.
     expert = getattr(r.model, "dit", r.model)
