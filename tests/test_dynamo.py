@@ -382,3 +382,20 @@ def test_a_dimension_tracing_fixed_is_recorded_with_the_line_that_fixed_it():
     # The batch stays dynamic; the length is fixed at the int(), which the runner's refusal then names.
     where = {"file": __file__, "line": line, "function": "forward"}
     assert specialized_dim_lines(program) == {"input_ids": {"1": where}}
+
+
+class Doubling(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def test_a_patch_of_the_exported_class_own_forward_is_traced(monkeypatch):
+    # vits (ExecuTorch) patches VitsModel.forward, the class of the model exported: the trace calls the patched forward.
+    monkeypatch.setitem(registry._REGISTRY, "dynamo", list(registry._REGISTRY["dynamo"]))
+
+    @registry.register_patch("dynamo", f"{__name__}.Doubling.forward")
+    def _patch_plus_one(original):
+        return lambda self, x: original(self, x) + 1
+
+    program, _ = DynamoExporter().export_program(Doubling(), {"x": torch.ones(2, 3)}, DynamoConfig(dynamic=True))
+    assert torch.equal(program.module()(x=torch.ones(3, 4)), torch.full((3, 4), 3.0))

@@ -907,6 +907,27 @@ def test_a_size_that_splits_a_dimension_is_bounded_by_it(monkeypatch):
         execute(program, *fed)
 
 
+class FramesOfDurations(torch.nn.Module):
+    def forward(self, durations):  # vits: the frames are the summed durations, checked against the token count
+        frames = durations.sum(-1).max().item()
+        torch._check(frames >= 1)
+        torch._check(frames <= 8 * durations.shape[1])
+        return torch.arange(frames) * 2
+
+
+def test_a_size_checked_against_the_inputs_gets_the_checks_bound(monkeypatch):
+    module, traced = FramesOfDurations(), {"durations": torch.tensor([[1, 2, 1], [2, 0, 1]])}
+    config = ExecutorchConfig(dynamic=True, dynamic_upper_bound=16)
+    fed = torch.full((3, 7), 8)  # 56 frames: past every input dimension's bound, within 8 per token
+    program, _ = ExecutorchExporter().export_program(module, traced, config)
+    torch.testing.assert_close(execute(program, fed)[0], module(fed))
+    # Bounded at the largest input dimension instead, arange cannot grow to the frames it gets.
+    monkeypatch.setattr(executorch_fixes, "_bound_by_a_check", lambda symbol, shape_env: None)
+    program, _ = ExecutorchExporter().export_program(module, traced, config)
+    with pytest.raises(RuntimeError, match=_KERNEL_REFUSES):
+        execute(program, fed)
+
+
 class TransposedAndContiguous(torch.nn.Module):
     def forward(self, x):
         transposed = (x * 2).transpose(1, 2)

@@ -11,6 +11,8 @@ from transformers import PretrainedConfig
 from transformers.models.led.modeling_led import LEDEncoderSelfAttention
 
 from hfexport.exporters import (
+    AutoExportConfig,
+    AutoHfExporter,
     ExportStageError,
     exporter_dynamo,  # noqa: F401  (registers the "dynamo" workarounds)
 )
@@ -101,3 +103,17 @@ def test_led_onnx_matches_eager_at_both_shapes(monkeypatch: pytest.MonkeyPatch) 
         assert _max_diff(model, exported, sample_inputs(model, **shape)) < 1e-5
     without_workaround(monkeypatch, "onnx", "_patch_sliding_chunks_unfolded")
     assert _max_diff(model, export_dynamic(model, sample_inputs(model), "onnx"), sample_inputs(model)) > 1e-4
+
+
+@pytest.mark.slow  # two ExecuTorch exports of VitsModel, 100-300 s each
+def test_vits_executorch_plans_frames_past_the_input_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 8 frames at the traced shape, 41 at the second: past the bound of 16 the gate gives every input dimension.
+    model = tiny_model("VitsModel")
+    config = AutoExportConfig.from_dict({"export_format": "executorch", "dynamic": True, "dynamic_upper_bound": 16})
+    exported = AutoHfExporter.from_config(config).export(model, sample_inputs(model), config)
+    for shape in ({}, SECOND):
+        assert _max_diff(model, exported, sample_inputs(model, **shape)) < 1e-4
+    without_workaround(monkeypatch, "executorch", "_patch_vits_frames_bounded")
+    exported = AutoHfExporter.from_config(config).export(model, sample_inputs(model), config)
+    with pytest.raises(RuntimeError, match="failed with error 0x12"):  # planned for 16 frames
+        exported(**sample_inputs(model, **SECOND))

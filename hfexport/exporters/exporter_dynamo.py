@@ -191,10 +191,11 @@ class DynamoExporter(HfExporter):
 @contextlib.contextmanager
 def flat_forward_signature(model: torch.nn.Module, input_names: list[str]) -> Iterator[None]:
     """Give ``model.forward`` an explicit keyword signature made of exactly ``input_names`` while tracing."""
-    bound_forward = model.forward
+    own_forward = vars(model).get("forward")
 
     def forward(**kwargs: Any) -> Any:
-        return bound_forward(**kwargs)
+        # Looked up per call, not on entry: a stage-2 patch of the model class's own forward is the one traced.
+        return (own_forward or type(model).forward.__get__(model))(**kwargs)
 
     forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in input_names]

@@ -400,7 +400,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Sampling noise off: the VAE tokenizer adds vae_std-scaled Gaussian noise to its latents and VITS scales the
     # noise of its flow and duration predictor; drawn inside forward, no two runs (eager or exported) would agree.
     "vibevoice_acoustic_tokenizer": {"vae_std": 0.0},
-    "vits": {"noise_scale": 0.0, "noise_scale_duration": 0.0},
+    "vits": {
+        "noise_scale": 0.0,
+        "noise_scale_duration": 0.0,
+        # The vocoder's first width, which the rule for *_channels misses: at 512, ExecuTorch's convolutions of the
+        # second shape's 143 frames (36,608 samples) ran past 15 minutes.
+        "upsample_initial_channel": HIDDEN,
+    },
     # Multi-head attention only (the relative position bias has one row per query head).
     "granite_speech5_encoder": {"num_key_value_heads": HEADS},
     # Multi-head attention only: v_proj is as wide as the query heads, and the attention repeats it as it repeats the

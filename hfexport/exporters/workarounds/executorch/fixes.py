@@ -32,7 +32,8 @@ def _fix_unbounded_data_dependent_sizes(program: ExportedProgram) -> bool:
     # vjepa2's `repeat(B, mask.max() + 1)` (also sam3, pocket_tts's codec decoder): a size read from a tensor has
     # no upper bound, and memory planning needs one ("Cannot evaluate a finite upper bound ... int_oo"). A size that
     # splits a dimension (jetmoe's rows per expert, lfm3_vl's frames per image) is at most that dimension; any other
-    # gets the largest size an input dimension accepts. The runtime refuses to grow a tensor past its planned capacity.
+    # gets the bound of what the program checks it against (vits's frames `u0 <= 63*s1`), else the largest size an input
+    # dimension accepts. The runtime refuses to grow a tensor past its planned capacity.
     # Upstream: ExecuTorch's memory planning has no place for a tensor without a bound (DYNAMIC_UNBOUND).
     unbounded: dict[Any, torch.SymInt] = {}
     for node in program.graph.nodes:
@@ -43,8 +44,23 @@ def _fix_unbounded_data_dependent_sizes(program: ExportedProgram) -> bool:
         return False
     fallback = _largest_input_size(program)
     for symbol, size in unbounded.items():
-        constrain_range(size, min=None, max=_bound_as_a_part(symbol, size.node.shape_env) or fallback)
+        shape_env = size.node.shape_env
+        bound = _bound_as_a_part(symbol, shape_env) or _bound_by_a_check(symbol, shape_env) or fallback
+        constrain_range(size, min=None, max=bound)
     return True
+
+
+def _bound_by_a_check(symbol: Any, shape_env: Any) -> int | None:
+    """The least upper bound of what the runtime asserts hold ``symbol`` at or under (``u0 <= 63*s1``, ``s1`` at most
+    16: 1008); None where no assert bounds it."""
+    ranges, bounds = shape_env.var_to_range, []
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        for relation in (a.expr for a in asserts if isinstance(a.expr, (sympy.Le, sympy.Lt, sympy.Ge, sympy.Gt))):
+            if relation.lts == symbol and not relation.gts.has(symbol):
+                upper = bound_sympy(relation.gts, ranges).upper
+                if upper is not int_oo:
+                    bounds.append(int(upper) - isinstance(relation, (sympy.Lt, sympy.Gt)))
+    return min(bounds, default=None)
 
 
 def _bound_as_a_part(symbol: Any, shape_env: Any) -> int | None:

@@ -41,6 +41,21 @@ def _patch_sdpa_contiguous_output(original: Callable) -> Callable:
     return scaled_dot_product_attention
 
 
+@register_patch("executorch", "transformers.models.vits.modeling_vits.VitsModel.forward")
+def _patch_vits_frames_bounded(original: Callable) -> Callable:
+    # vits: the frame count (`arange(predicted_lengths.max())`, summed durations) has no upper bound, so memory planning
+    # gave it the largest input size (16 planned, 41 run at the second shape: 0x12); bound it at one second of audio
+    # per input token (sampling_rate / prod(upsample_rates) frames), a bound the program checks at run time.
+    @functools.wraps(original)
+    def forward(self: Any, input_ids: torch.Tensor | None = None, *args: Any, **kwargs: Any) -> Any:
+        outputs = original(self, input_ids, *args, **kwargs)
+        frames_per_second = math.ceil(self.config.sampling_rate / math.prod(self.config.upsample_rates))
+        torch._check(outputs[2].shape[-1] <= frames_per_second * input_ids.shape[1])  # outputs[2]: the spectrogram
+        return outputs
+
+    return forward
+
+
 @register_patch("executorch", "transformers.integrations.moe.ExpertsInterface._global_mapping")
 def _patch_experts_batched_mm(original: dict[str, Callable]) -> dict[str, Callable]:
     # mixtral (every MoE on grouped_mm): ExecuTorch has no out-variant kernel for transformers::grouped_mm_fallback.
