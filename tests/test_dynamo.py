@@ -399,3 +399,19 @@ def test_a_patch_of_the_exported_class_own_forward_is_traced(monkeypatch):
 
     program, _ = DynamoExporter().export_program(Doubling(), {"x": torch.ones(2, 3)}, DynamoConfig(dynamic=True))
     assert torch.equal(program.module()(x=torch.ones(3, 4)), torch.full((3, 4), 3.0))
+
+
+def test_dynamic_dims_are_read_past_a_python_int_input():
+    # An int or bool input (BLT's num_patches, a use_cache flag) is a constant argument of the program, listed in
+    # graph_signature.user_inputs by its value: pairing names with placeholders by that list failed with "zip()
+    # argument 2 is shorter" after every trace with one.
+    from hfexport.exporters.exporter_dynamo import dynamic_dim_bounds
+
+    class Scale(torch.nn.Module):
+        def forward(self, x: torch.Tensor, n: int, y: torch.Tensor) -> torch.Tensor:
+            return x * n + y
+
+    batch = torch.export.Dim("batch")
+    inputs = {"x": torch.randn(2, 3), "n": 3, "y": torch.randn(2, 3)}
+    program = torch.export.export(Scale(), (), inputs, dynamic_shapes={"x": {0: batch}, "n": None, "y": {0: batch}})
+    assert dynamic_dim_bounds(program, ["x", "n", "y"]) == {"x": {"0": [0, None]}, "y": {"0": [0, None]}}

@@ -28,6 +28,7 @@ from typing import Any
 import sympy
 import torch
 from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import InputKind, TensorArgument
 
 from .. import compat
 from ..torch_compat import ConstantSource, int_oo, pytree
@@ -393,11 +394,14 @@ def dynamic_dim_bounds(program: ExportedProgram, input_names: list[str]) -> dict
 
     A dimension missing here was specialized to its traced size: the program accepts no other.
     """
-    user_inputs = set(program.graph_signature.user_inputs)
-    placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
+    # One user-input spec per input, in order: a Python int or bool input (BLT's num_patches) is a constant argument,
+    # whose value (not its placeholder's name) graph_signature.user_inputs lists.
+    user_inputs = [s.arg for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     bounds: dict[str, dict[str, list[int | None]]] = {}
-    for name, node in zip(input_names, placeholders, strict=True):
-        value = node.meta.get("val")
+    for name, argument in zip(input_names, user_inputs, strict=True):
+        node = placeholders.get(argument.name) if isinstance(argument, TensorArgument) else None
+        value = node.meta.get("val") if node is not None else None
         if not isinstance(value, torch.Tensor):
             continue
         for dim, size in enumerate(value.shape):
