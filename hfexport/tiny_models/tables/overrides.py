@@ -463,7 +463,8 @@ DEGENERATE_INIT = declare(
     "weights redrawn: their own init ties every detection score or expert score, and runtimes break ties apart",
     {
         **dict.fromkeys(
-            ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v3", "pp_doclayout_v4"), "conv_scales"
+            ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3", "pp_doclayout_v4"),
+            "conv_scales",
         ),
         "afmoe": "router_gates",
         "groupvit": "group_tokens",
