@@ -505,8 +505,9 @@ def _projected_feature_pyramid(r: Request) -> dict[str, list[torch.Tensor] | tup
     levels = len(r.config.encoder_in_channels)
     widths = [r.config.encoder_hidden_dim] * levels
     first = next(m for m in r.model.modules() if isinstance(m, torch.nn.Conv2d))
-    if first.in_channels == r.config.encoder_in_channels[0]:
-        # An encoder that projects the levels itself (Deimv2LiteEncoder) reads them at the backbone's widths.
+    if first.in_channels == r.config.encoder_in_channels[0] != r.config.encoder_hidden_dim:
+        # An encoder that projects the levels itself (Deimv2LiteEncoder) reads them at the backbone's widths (told apart
+        # where the two differ: PP-DocLayoutV3's tiny first level is as wide as its encoder, which reads it projected).
         widths = r.config.encoder_in_channels
     shapes = [(r.batch_size, widths[level], 2 ** (levels - level), 2 ** (levels - level)) for level in range(levels)]
     inputs: dict[str, list[torch.Tensor] | tuple[torch.Tensor, torch.Tensor]] = {
