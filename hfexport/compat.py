@@ -34,6 +34,10 @@ INTERNALS: dict[str, Internal] = {
             "conv/recurrent states of hybrid caches (qwen3_next, jamba, ...) as export inputs/outputs",
         ),
         Internal("transformers.cache_utils.DummyLayer", "placeholder cache layers (gemma3n, ...) as export outputs"),
+        *(
+            Internal(f"transformers.cache_utils.{name}", "generation: cache layers with state of their own declined")
+            for name in ("DynamicLayer", "DynamicSlidingWindowLayer")
+        ),
         Internal(
             "transformers.integrations.executorch.TorchExportableModuleForDecoderOnlyLM",
             "the gate's check of transformers' own exportable module (the 'transformers export module' part)",

@@ -415,3 +415,23 @@ def test_dynamic_dims_are_read_past_a_python_int_input():
     inputs = {"x": torch.randn(2, 3), "n": 3, "y": torch.randn(2, 3)}
     program = torch.export.export(Scale(), (), inputs, dynamic_shapes={"x": {0: batch}, "n": None, "y": {0: batch}})
     assert dynamic_dim_bounds(program, ["x", "n", "y"]) == {"x": {"0": [0, None]}, "y": {"0": [0, None]}}
+
+
+def test_an_attribute_a_trace_creates_is_removed_so_the_next_trace_does_not_read_a_fake_tensor():
+    # A longrope rotary keeps its long-context frequencies as a plain attribute made on the first long sequence: made
+    # inside one trace, it was a fake tensor the next trace read ("fake mode ... doesn't match mode"), failing the
+    # generation components of FalconForCausalLM@rope_longrope after its export's trace.
+    from hfexport.exporters.exporter_dynamo import stateful_attributes_cleared
+
+    class LongRope(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if getattr(self, "full_attention_long_inv_freq", None) is None:
+                self.full_attention_long_inv_freq = torch.arange(4.0) + 1
+            return x * self.full_attention_long_inv_freq
+
+    rope = LongRope()
+    for _ in range(2):
+        with stateful_attributes_cleared(rope):
+            program = torch.export.export(rope, (torch.ones(2, 4),))
+        assert "full_attention_long_inv_freq" not in vars(rope)
+    assert torch.equal(program.module()(torch.ones(2, 4)), torch.arange(4.0).expand(2, 4) + 1)

@@ -315,16 +315,24 @@ def test_a_decoder_whose_forward_fails_with_a_cache_is_declined() -> None:
         _eager_cache(model, sample_inputs(model))
 
 
-@pytest.mark.parametrize("name", ["AXK2ForCausalLM", "DeepseekV32ForCausalLM"])
-def test_the_slot_cache_declines_a_sparse_attention_indexer_with_the_reason(name: str) -> None:
-    # Their cache layers also keep the indexer's keys: the slot cache's trace raised ValueError in update_indexer, a
-    # tool error of the gate's generation part, where the part must say it does not carry them.
+@pytest.mark.parametrize(
+    ("name", "methods"),
+    [
+        ("AXK2ForCausalLM", "lazy_initialization_indexer, update_indexer"),
+        ("DeepseekV32ForCausalLM", "lazy_initialization_indexer, update_indexer"),
+        ("DeepseekV4ForCausalLM", "store_compression_weights, update_compressor_states"),
+    ],
+)
+def test_the_slot_cache_declines_a_cache_layer_with_state_of_its_own_with_the_reason(name: str, methods: str) -> None:
+    # A sparse-attention indexer's keys, DeepSeek V4's compressor states: the slot cache's trace raised in
+    # update_indexer / store_compression_weights, a tool error of the gate's generation part, where the part must
+    # say it does not carry them.
     from hfexport.exporters.generation.cache import layout_from_cache
     from hfexport.exporters.generation.export import _eager_cache
 
     model = tiny_model(name)
     cache = _eager_cache(model, sample_inputs(model))
-    with pytest.raises(NotImplementedError, match="also keeps the sparse-attention indexer's keys"):
+    with pytest.raises(NotImplementedError, match=f"also keeps state its model updates through {methods}"):
         layout_from_cache(cache, 16, torch.float32)
 
 

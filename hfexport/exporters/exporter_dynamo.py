@@ -312,28 +312,37 @@ def _as_multiple_of_root(size: Any, multiple: int, root_name: str) -> None:
 
 # ── Stage 5: State cleanup ──
 # Some models store tensors on a submodule inside ``forward``; after tracing those are fake tensors that would
-# poison the next eager call. Each listed attribute is saved, cleared for the trace and restored afterwards.
-# Extend by adding the attribute name to ``_STATEFUL_CACHE_ATTRS``.
+# poison the next eager call or the next trace. Each listed attribute (or one prefixed by a layer type:
+# ``full_attention_long_inv_freq``) is saved, cleared for the trace and restored afterwards; one the trace created
+# is removed. Extend by adding the attribute name to ``_STATEFUL_CACHE_ATTRS``.
 
 _STATEFUL_CACHE_ATTRS = (
     "cached_rotary_positional_embedding",  # wav2vec2_bert, seamless_m4t: rotary table cached on first forward
     "cached_sequence_length",  # same models: the length that table was built for
+    # longrope rotaries (Phi-3, rope_type "longrope" variants): the long-context frequencies, computed on the first
+    # sequence past the original context and kept as a plain attribute ("fake mode ... doesn't match mode" in the
+    # next trace, a generation component's)
+    "long_inv_freq",
 )
+
+
+def _stateful(name: str) -> bool:
+    return any(name == attribute or name.endswith(f"_{attribute}") for attribute in _STATEFUL_CACHE_ATTRS)
 
 
 @contextlib.contextmanager
 def stateful_attributes_cleared(model: torch.nn.Module) -> Iterator[None]:
     saved = [
-        (module, name, getattr(module, name))
-        for module in model.modules()
-        for name in _STATEFUL_CACHE_ATTRS
-        if name in vars(module)
+        (module, name, value) for module in model.modules() for name, value in vars(module).items() if _stateful(name)
     ]
     for module, name, _ in saved:
         setattr(module, name, None)
     try:
         yield
     finally:
+        for module in model.modules():
+            for name in [name for name in vars(module) if _stateful(name)]:
+                delattr(module, name)
         for module, name, value in saved:
             setattr(module, name, value)
 

@@ -13,6 +13,8 @@ from ... import compat
 # Without it (a transformers older or newer than the names here) generation is off, not the export.
 CacheLayerMixin = compat.internal("transformers.cache_utils.CacheLayerMixin") or object
 LINEAR_ATTENTION_LAYERS = compat.internal_types("transformers.cache_utils.LinearAttentionCacheLayerMixin")
+DynamicLayer = compat.internal("transformers.cache_utils.DynamicLayer") or object
+DynamicSlidingWindowLayer = compat.internal("transformers.cache_utils.DynamicSlidingWindowLayer") or object
 
 
 class SlotCacheLayer(CacheLayerMixin):
@@ -80,6 +82,14 @@ class CacheLayout:
         return cls(values["key_shapes"], values["value_shapes"], getattr(torch, values["dtype"]))
 
 
+def _state_methods(layer_class: type) -> list[str]:
+    """The methods a model's cache layer has beyond transformers' dynamic layers: state of its own that the model
+    updates through them (a sparse-attention indexer's keys, DeepSeek V4's compressor states), which a slot cache
+    would not carry (its trace failed with "has no attribute 'update_indexer'", "'store_compression_weights'")."""
+    plain = set(dir(DynamicLayer)) | set(dir(DynamicSlidingWindowLayer))
+    return sorted(name for name in set(dir(layer_class)) - plain if not name.startswith("_"))
+
+
 def layout_from_cache(cache: Cache, max_cache_len: int, dtype: torch.dtype) -> CacheLayout:
     key_shapes, value_shapes = [], []
     for index, layer in enumerate(cache.layers):
@@ -88,10 +98,11 @@ def layout_from_cache(cache: Cache, max_cache_len: int, dtype: torch.dtype) -> C
                 f"hfexport's slot cache holds attention keys and values only; {type(layer).__name__} (layer {index}) "
                 "also keeps conv and recurrent states (the static-cache part generates with them)"
             )
-        if getattr(layer, "indexer_keys", None) is not None:  # DSA models: DynamicIndexedLayer (DeepSeek V3.2, AXK2)
+        kept_apart = _state_methods(type(layer))
+        if kept_apart:
             raise NotImplementedError(
                 f"hfexport's slot cache holds attention keys and values only; {type(layer).__name__} (layer {index}) "
-                "also keeps the sparse-attention indexer's keys"
+                f"also keeps state its model updates through {', '.join(kept_apart)}"
             )
         if not isinstance(layer, CacheLayerMixin) or layer.keys is None:
             raise NotImplementedError(
