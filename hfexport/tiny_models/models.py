@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +40,46 @@ def tiny_model(
     config = tiny_config(name, checkout=checkout, overrides={**named_overrides(name), **(overrides or {})})
     torch.manual_seed(seed)
     try:
-        model = _construct(model_class, config)
+        with _uninitialized_memory_as_nan():
+            model = _construct(model_class, config)
     except ValueError as error:
         # A sub-model (a vision backbone, a codec) may lack SDPA even where the outer class supports it.
         if "attention implementation" not in str(error) or config._attn_implementation == "eager":
             raise
         config._attn_implementation = "eager"
         torch.manual_seed(seed)
-        model = _construct(model_class, config)
+        with _uninitialized_memory_as_nan():
+            model = _construct(model_class, config)
+    _draw_uninitialized(model, torch.Generator().manual_seed(seed))
     if config.model_type in DEGENERATE_INIT:
         _REDRAWS[DEGENERATE_INIT[config.model_type]](model, torch.Generator().manual_seed(seed))
     return model.to(torch.float32).eval()
+
+
+@contextlib.contextmanager
+def _uninitialized_memory_as_nan() -> Iterator[None]:
+    """``torch.empty`` filled with NaN while the model is made, so a parameter its ``_init_weights`` never reaches is
+    found (Qwen3-Omni's talker experts: whatever memory held, zeros in one process, NaN logits in the next)."""
+    fill, deterministic = (
+        torch.utils.deterministic.fill_uninitialized_memory,
+        torch.are_deterministic_algorithms_enabled(),
+    )
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)  # fill_uninitialized_memory acts in this mode only
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def _draw_uninitialized(model: torch.nn.Module, generator: torch.Generator) -> None:
+    # Seeded like the rest of the model, at the scale of transformers' default initializer_range.
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.is_floating_point() and parameter.isnan().any():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
 
 
 def _construct(model_class: type[PreTrainedModel], config: PretrainedConfig) -> PreTrainedModel:
