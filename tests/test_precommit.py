@@ -101,6 +101,7 @@ def test_try_repo_skips_files_that_are_not_modeling_code(tmp_path, hook_repo, en
     assert "hfexport export check" in result.stdout and "(no files to check)Skipped" in result.stdout
 
 
+@pytest.mark.slow  # 30 s; the hook's run of the gate is in CI through the blocking test, its pass through the next
 def test_installed_hook_passes_an_exportable_model(tmp_path, hook_repo, env):
     checkout = make_checkout(tmp_path / "transformers", heads=1)
     install_hook(checkout, hook_repo, env, ["--backends=dynamo", "--no-generation"])
