@@ -45,48 +45,38 @@ def _static_export(model: torch.nn.Module, backend: str = "dynamo"):
     return AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config, cache="static")
 
 
-def test_static_cache_generation_with_linear_attention_layers_matches_eager() -> None:
-    # FalconH1's layers (LinearAttentionAndStaticFullAttentionLayer) keep conv and recurrent states beside keys and
-    # values: all of them go in and out of the decode program, so four greedy tokens equal eager's.
-    model = tiny_model("FalconH1ForCausalLM", seed=0)
+def _static_generation_cache(name: str) -> dict:
+    """Export ``name``'s tiny model for generation on transformers' StaticCache, assert four greedy tokens equal
+    eager's, and return the exported cache's manifest entry."""
+    model = tiny_model(name, seed=0)
     input_ids = sample_inputs(model)["input_ids"]
     expected = eager_tokens(model, input_ids)
     exported = _static_export(model)
-    cache = exported.manifest["generation"]["cache"]
-    assert cache["layout"] == "transformers-static"
-    assert {name for _, name, _ in cache["entries"]} == {"keys", "values", "conv_states", "recurrent_states"}
     assert exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist() == (
         expected.tolist()
     )
+    return exported.manifest["generation"]["cache"]
+
+
+def test_static_cache_generation_with_linear_attention_layers_matches_eager() -> None:
+    # FalconH1's layers (LinearAttentionAndStaticFullAttentionLayer) keep conv and recurrent states beside keys and
+    # values: all of them go in and out of the decode program, so four greedy tokens equal eager's.
+    cache = _static_generation_cache("FalconH1ForCausalLM")
+    assert cache["layout"] == "transformers-static"
+    assert {name for _, name, _ in cache["entries"]} == {"keys", "values", "conv_states", "recurrent_states"}
 
 
 def test_static_cache_generation_of_an_alibi_model_matches_eager() -> None:
     # Bloom builds its alibi bias from the 2D mask, one entry per key: the mask covers every slot of the StaticCache,
     # as generate's does (the bias was as long as the tokens seen: "expanded size 128 must match 7").
-    model = tiny_model("BloomForCausalLM", seed=0)
-    input_ids = sample_inputs(model)["input_ids"]
-    expected = eager_tokens(model, input_ids)
-    exported = _static_export(model)
-    assert exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist() == (
-        expected.tolist()
-    )
+    _static_generation_cache("BloomForCausalLM")
 
 
 def test_static_cache_generation_of_a_sparse_attention_model_carries_the_indexer_keys() -> None:
     # DeepSeek V3.2's StaticIndexedLayer keeps the indexer's keys beside keys and values: they go in and out of the
     # decode program too (the part declined the model before, "holds indexer_keys").
-    model = tiny_model("DeepseekV32ForCausalLM", seed=0)
-    input_ids = sample_inputs(model)["input_ids"]
-    expected = eager_tokens(model, input_ids)
-    exported = _static_export(model)
-    assert {name for _, name, _ in exported.manifest["generation"]["cache"]["entries"]} == {
-        "keys",
-        "values",
-        "indexer_keys",
-    }
-    assert exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist() == (
-        expected.tolist()
-    )
+    cache = _static_generation_cache("DeepseekV32ForCausalLM")
+    assert {name for _, name, _ in cache["entries"]} == {"keys", "values", "indexer_keys"}
 
 
 @pytest.mark.parametrize("name", ["JambaForCausalLM", "FalconH1ForCausalLM"])
