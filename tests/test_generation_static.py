@@ -15,9 +15,16 @@ import pytest
 import torch
 from checkout_fixture import commit, make_checkout
 from click.testing import CliRunner
+from support import without_workaround
 
 from hfexport.cli import main
-from hfexport.exporters import AutoExportConfig, AutoHfExporter
+from hfexport.exporters import (
+    AutoExportConfig,
+    AutoHfExporter,
+    ExportStageError,
+    exporter_dynamo,  # noqa: F401  (registers the patch taken out below)
+)
+from hfexport.exporters.generation import export as generation_export
 from hfexport.gate.blame import blame
 from hfexport.gate.cells import Cell
 from hfexport.gate.checks.cell import run_cell
@@ -40,9 +47,9 @@ DATA_DEPENDENT_BRANCH = """        if key_states.isnan().any():  # a data-depend
 """
 
 
-def _static_export(model: torch.nn.Module, backend: str = "dynamo"):
+def _static_export(model: torch.nn.Module, backend: str = "dynamo", cache: str = "static"):
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": False})
-    return AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config, cache="static")
+    return AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config, cache=cache)
 
 
 def _static_generation_cache(name: str) -> dict:
@@ -77,6 +84,40 @@ def test_static_cache_generation_of_a_sparse_attention_model_carries_the_indexer
     # decode program too (the part declined the model before, "holds indexer_keys").
     cache = _static_generation_cache("DeepseekV32ForCausalLM")
     assert {name for _, name, _ in cache["entries"]} == {"keys", "values", "indexer_keys"}
+
+
+@pytest.mark.parametrize("cache", ["slots", "static"])
+def test_gpt_neo_local_window_on_a_fixed_size_cache_matches_eager(cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tiny GPT-Neo's local window (4) is shorter than prompt and new tokens (11). Its attention takes the window
+    # at the last rows of the keys, the cache's capacity on a fixed-size cache: the last token differed from eager's.
+    model = tiny_model("GPTNeoForCausalLM", seed=0)
+    input_ids = sample_inputs(model)["input_ids"]
+    expected = eager_tokens(model, input_ids).tolist()
+
+    def greedy() -> list:
+        exported = _static_export(model, cache=cache)
+        return exported.generate(input_ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tolist()
+
+    with monkeypatch.context() as patched:
+        without_workaround(patched, "dynamo", "_patch_gpt_neo_window_at_query_positions")
+        assert greedy() != expected
+    assert greedy() == expected
+
+
+def test_a_model_branching_on_the_cached_length_generates_on_the_slot_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIT widens its mask over cached image tokens once the cache holds any (`past_key_values_length > 0`): on a
+    # tensor count, StaticCache's kind, that is a guard on data; the slot cache then counts as DynamicCache does.
+    model = tiny_model("GitForCausalLM", seed=0)
+    input_ids = sample_inputs(model)["input_ids"]
+    with monkeypatch.context() as patched:
+        patched.setattr(generation_export, "GuardOnDataDependentSymNode", type("NeverRaised", (Exception,), {}))
+        with pytest.raises(ExportStageError, match="GuardOnDataDependentSymNode"):
+            _static_export(model, cache="slots")
+    exported = _static_export(model, cache="slots")
+    new_tokens = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
+    assert exported.generate(input_ids, **new_tokens).tolist() == eager_tokens(model, input_ids).tolist()
+    with pytest.raises(ExportStageError, match="GuardOnDataDependentSymNode"):  # transformers' own StaticCache
+        _static_export(model)
 
 
 @pytest.mark.parametrize("name", ["JambaForCausalLM", "FalconH1ForCausalLM"])

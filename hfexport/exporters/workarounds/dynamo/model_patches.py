@@ -5,6 +5,7 @@ equivalent for the duration of one export. Patches of torch and of code many mod
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import types
@@ -441,3 +442,32 @@ def _patch_reformer_axial_positions_gathered_at_once(original: Callable) -> Call
         return table.reshape(-1, table.shape[-1])[position_ids]
 
     return forward
+
+
+@register_patch("dynamo", "transformers.models.gpt_neo.modeling_gpt_neo.GPTNeoSelfAttention.forward")
+def _patch_gpt_neo_window_at_query_positions(original: Callable) -> Callable:
+    # gpt_neo: `_attn` takes its causal/local-window rows at the last query_length of key_length; a fixed-size cache
+    # (hfexport's slot cache, StaticCache) returns its capacity in keys, so each decode step was windowed around the
+    # cache's end (greedy tokens differed from eager). The rows are taken at the queries' positions instead.
+    def forward(self: Any, hidden_states: torch.Tensor, attention_mask: Any = None, layer_past: Any = None, **kwargs):
+        past = 0 if layer_past is None else layer_past.get_seq_length(self.layer_id)
+        rows = torch.arange(hidden_states.shape[1], device=hidden_states.device) + past
+        self._attn = functools.partial(_gpt_neo_attention_at_rows, self, rows)
+        try:
+            return original(self, hidden_states, attention_mask, layer_past, **kwargs)
+        finally:
+            del self._attn
+
+    return forward
+
+
+def _gpt_neo_attention_at_rows(
+    module: Any, rows: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    weights = torch.matmul(query.to(torch.float32), key.to(torch.float32).transpose(-1, -2))
+    allowed = module.bias.index_select(2, rows)[..., : key.shape[-2]]
+    weights = torch.where(allowed, weights, torch.finfo(weights.dtype).min)
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = module.attn_dropout(weights.softmax(dim=-1).to(value.dtype))
+    return torch.matmul(weights, value), weights
