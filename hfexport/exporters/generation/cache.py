@@ -23,9 +23,10 @@ class SlotCacheLayer(CacheLayerMixin):
     is_compileable = True
     is_sliding = False
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, seen: int | None = None):
         super().__init__()
         self.keys, self.values, self.positions = keys, values, positions
+        self.seen = seen  # the tokens already cached as an int, as DynamicCache counts them; None: a tensor
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -41,16 +42,18 @@ class SlotCacheLayer(CacheLayerMixin):
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.keys.shape[-2], 0
 
-    def get_seq_length(self) -> torch.Tensor:
+    def get_seq_length(self) -> torch.Tensor | int:
         # A tensor, as StaticLayer returns: masks and relative position biases offset the queries by it.
-        return self.positions[0]
+        return self.positions[0] if self.seen is None else self.seen
 
     def get_max_length(self) -> int:
         return self.keys.shape[-2]
 
 
-def slot_cache(keys: list[torch.Tensor], values: list[torch.Tensor], positions: torch.Tensor) -> Cache:
-    return Cache(layers=[SlotCacheLayer(k, v, positions) for k, v in zip(keys, values, strict=True)])
+def slot_cache(
+    keys: list[torch.Tensor], values: list[torch.Tensor], positions: torch.Tensor, seen: int | None = None
+) -> Cache:
+    return Cache(layers=[SlotCacheLayer(k, v, positions, seen) for k, v in zip(keys, values, strict=True)])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,18 +28,23 @@ def _decoder_outputs(model: PreTrainedModel, cache: Cache, **inputs: torch.Tenso
 
 
 class DecoderPrefill(torch.nn.Module):
-    """The prompt on an empty cache: the last position's logits and the cache with the prompt in slots 0..S-1."""
+    """The prompt on an empty cache: the last position's logits and the cache with the prompt in slots 0..S-1.
 
-    def __init__(self, model: PreTrainedModel, layout: CacheLayout):
+    ``seen_as_int``: the cache counts the tokens it holds as an int (0 here), as ``DynamicCache`` does, instead of a
+    tensor; for a model that branches on that count.
+    """
+
+    def __init__(self, model: PreTrainedModel, layout: CacheLayout, seen_as_int: bool = False):
         super().__init__()
         self.model = model
         self.layout = layout
+        self.seen_as_int = seen_as_int
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
     ) -> dict[str, Any]:
         keys, values = self.layout.zeros(input_ids.shape[0])
-        cache = slot_cache(keys, values, torch.arange(input_ids.shape[1]))
+        cache = slot_cache(keys, values, torch.arange(input_ids.shape[1]), 0 if self.seen_as_int else None)
         # A mask over every slot, as the decode step's and generate's on a fixed-size cache: Bloom builds its alibi
         # bias from the mask, one entry per key.
         slots_mask = torch.nn.functional.pad(attention_mask, (0, keys[0].shape[2] - attention_mask.shape[1]))
@@ -49,11 +54,16 @@ class DecoderPrefill(torch.nn.Module):
 
 
 class DecoderStep(torch.nn.Module):
-    """One new token per sequence, written to slot ``cache_position``; the mask covers every slot."""
+    """One new token per sequence, written to slot ``cache_position``; the mask covers every slot.
 
-    def __init__(self, model: PreTrainedModel):
+    ``seen_as_int``: the cache counts the tokens it holds as an int read from ``cache_position``, checked to lie
+    between the prompt's one token and the cache's end, so the trace decides ``seen > 0`` as generate's step does.
+    """
+
+    def __init__(self, model: PreTrainedModel, seen_as_int: bool = False):
         super().__init__()
         self.model = model
+        self.seen_as_int = seen_as_int
 
     def forward(
         self,
@@ -64,10 +74,18 @@ class DecoderStep(torch.nn.Module):
         past_keys: list[torch.Tensor],
         past_values: list[torch.Tensor],
     ) -> dict[str, Any]:
-        cache = slot_cache(past_keys, past_values, cache_position)
+        seen = _checked_int(cache_position[0], 1, past_keys[0].shape[2] - 1) if self.seen_as_int else None
+        cache = slot_cache(past_keys, past_values, cache_position, seen)
         return _decoder_outputs(
             self.model, cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
         )
+
+
+def _checked_int(value: torch.Tensor, low: int, high: int) -> int:
+    number = value.item()
+    torch._check(number >= low)
+    torch._check(number <= high)
+    return number
 
 
 class Seq2SeqEncoder(torch.nn.Module):

@@ -12,6 +12,8 @@ import torch
 from torch.export import Dim
 from transformers import Cache, EncoderDecoderCache, GenerationConfig
 
+from ...torch_compat import GuardOnDataDependentSymNode
+from ..errors import ExportStageError
 from .cache import CacheLayerMixin, layout_from_cache
 from .components import DecoderPrefill, DecoderStep, Seq2SeqDecoderStep, Seq2SeqEncoder
 from .static_cache import (
@@ -236,10 +238,21 @@ def _export_decoder_only(
     prompt = dict.fromkeys(prefill_inputs, max_cache_len - 1)
     prefill_config = _component_config(config, _dynamic_shapes(config, prefill_inputs, prompt))
     decode_config = _component_config(config, _dynamic_shapes(config, decode_inputs))
-    components = {
-        "prefill": export("prefill", DecoderPrefill(model, layout), prefill_inputs, prefill_config),
-        "decode": export("decode", DecoderStep(model), decode_inputs, decode_config),
-    }
+
+    def export_both(seen_as_int: bool) -> dict[str, tuple[Any, dict[str, Any]]]:
+        return {
+            "prefill": export("prefill", DecoderPrefill(model, layout, seen_as_int), prefill_inputs, prefill_config),
+            "decode": export("decode", DecoderStep(model, seen_as_int), decode_inputs, decode_config),
+        }
+
+    try:
+        components = export_both(seen_as_int=False)
+    except ExportStageError as error:
+        if not isinstance(error.__cause__, GuardOnDataDependentSymNode):
+            raise
+        # GIT branches on the cached length (it widens its mask over cached image tokens once the cache holds any):
+        # a guard on data as a tensor, StaticCache's kind; as DynamicCache's int each program takes generate's branch.
+        components = export_both(seen_as_int=True)
     return components, _decoder_record(model, config, components, max_cache_len, input_ids.shape, layout.to_dict())
 
 

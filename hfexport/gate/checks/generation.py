@@ -52,9 +52,9 @@ def check_generation(
         detail = f"not compared: eager generate() fails: {type(error).__name__}: {error}"
         cell["generation"] = {"status": "skipped", "detail": detail.splitlines()[0][:300]}
         return
-    if expected.dim() != 2:  # Sesame CSM's generate emits (batch, frames, codebooks) audio codes, not a token stream
-        detail = f"not compared: eager generate() emits {expected.dim()}-D audio codes, not token ids"
-        cell["generation"] = {"status": "skipped", "detail": detail}
+    unlike_tokens = _not_token_ids(expected)
+    if unlike_tokens:
+        cell["generation"] = {"status": "skipped", "detail": f"not compared: eager generate() {unlike_tokens}"}
         return
     for key, cache in GENERATION_PARTS:
         with _failing_part(cell, key), step(f"{backend} · {GENERATION_LABELS[key]}", timings, key):
@@ -95,6 +95,16 @@ def eager_tokens(reference: Any, input_ids: Any) -> Any:
             min_new_tokens=GENERATION_TOKENS,
             do_sample=False,
         )
+
+
+def _not_token_ids(generated: Any) -> str | None:
+    """Why eager ``generate``'s result is no greedy token stream, if it is not: DiffusionGemma denoises blocks of
+    tokens (an output object), Sesame CSM emits (batch, frames, codebooks) audio codes."""
+    if not isinstance(generated, torch.Tensor):
+        return f"returns a {type(generated).__name__}, not greedy token ids"
+    if generated.dim() != 2:
+        return f"emits {generated.dim()}-D audio codes, not token ids"
+    return None
 
 
 def _declined_or(cell: dict[str, Any], key: str, export: Callable[[], Any]) -> Any:
