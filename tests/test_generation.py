@@ -374,3 +374,12 @@ def test_gate_records_generation_as_skipped_where_eager_generate_emits_no_token_
     cell: dict = {"generation": None}
     check_generation(model, model, sample_inputs(model), no_export, "dynamo", cell, {})
     assert cell["generation"] == {"status": "skipped", "detail": f"not compared: eager generate() {detail}"}
+
+
+def test_a_model_without_a_position_table_is_declined_for_its_cache_not_its_length() -> None:
+    # XLNet's max_position_embeddings is -1 (relative positions): read as the cache's length it was a tool error,
+    # "the sample prompt (7 tokens) does not fit max_cache_len=-1". It keeps memories, not a transformers Cache.
+    model = tiny_model("XLNetLMHeadModel")
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": False})
+    with pytest.raises(NotImplementedError, match="XLNetLMHeadModel returns no transformers Cache"):
+        AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config)

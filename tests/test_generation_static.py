@@ -25,6 +25,7 @@ from hfexport.exporters import (
     exporter_dynamo,  # noqa: F401  (registers the patch taken out below)
 )
 from hfexport.exporters.generation import export as generation_export
+from hfexport.exporters.generation.components import DecoderPrefill, DecoderStep
 from hfexport.gate.blame import blame
 from hfexport.gate.cells import Cell
 from hfexport.gate.checks.cell import run_cell
@@ -104,20 +105,36 @@ def test_gpt_neo_local_window_on_a_fixed_size_cache_matches_eager(cache: str, mo
     assert greedy() == expected
 
 
-def test_a_model_branching_on_the_cached_length_generates_on_the_slot_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIT widens its mask over cached image tokens once the cache holds any (`past_key_values_length > 0`): on a
-    # tensor count, StaticCache's kind, that is a guard on data; the slot cache then counts as DynamicCache does.
-    model = tiny_model("GitForCausalLM", seed=0)
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        # GIT widens its mask over cached image tokens once there are any (`past_key_values_length > 0`).
+        ("GitForCausalLM", "GuardOnDataDependentSymNode"),
+        # MPT cuts its alibi at `max(0, 1 - query_length)`, the query length counting the cached tokens.
+        ("MptForCausalLM", r"The size of tensor a \(7\) must match the size of tensor b \(u\d+\)"),
+    ],
+    ids=["git", "mpt"],
+)
+def test_a_model_using_the_cached_count_generates_on_the_slot_cache(
+    name: str, error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a tensor count, StaticCache's kind, the trace fails; the slot cache then counts as DynamicCache does.
+    model = tiny_model(name, seed=0)
     input_ids = sample_inputs(model)["input_ids"]
-    with monkeypatch.context() as patched:
-        patched.setattr(generation_export, "GuardOnDataDependentSymNode", type("NeverRaised", (Exception,), {}))
-        with pytest.raises(ExportStageError, match="GuardOnDataDependentSymNode"):
+    with monkeypatch.context() as patched:  # the tensor count alone
+        patched.setattr(generation_export, "DecoderPrefill", lambda model, layout, _: DecoderPrefill(model, layout))
+        patched.setattr(generation_export, "DecoderStep", lambda model, _: DecoderStep(model))
+        with pytest.raises(ExportStageError, match=error):
             _static_export(model, cache="slots")
     exported = _static_export(model, cache="slots")
     new_tokens = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
     assert exported.generate(input_ids, **new_tokens).tolist() == eager_tokens(model, input_ids).tolist()
-    with pytest.raises(ExportStageError, match="GuardOnDataDependentSymNode"):  # transformers' own StaticCache
-        _static_export(model)
+
+
+def test_gits_guard_on_the_cached_count_is_a_finding_of_the_static_cache_part() -> None:
+    # transformers' StaticCache counts in a tensor: GIT's `past_key_values_length > 0` cannot trace there.
+    with pytest.raises(ExportStageError, match="GuardOnDataDependentSymNode"):
+        _static_export(tiny_model("GitForCausalLM", seed=0))
 
 
 @pytest.mark.parametrize("name", ["JambaForCausalLM", "FalconH1ForCausalLM"])

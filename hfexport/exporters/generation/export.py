@@ -12,7 +12,6 @@ import torch
 from torch.export import Dim
 from transformers import Cache, EncoderDecoderCache, GenerationConfig
 
-from ...torch_compat import GuardOnDataDependentSymNode
 from ..errors import ExportStageError
 from .cache import CacheLayerMixin, layout_from_cache
 from .components import DecoderPrefill, DecoderStep, Seq2SeqDecoderStep, Seq2SeqEncoder
@@ -43,7 +42,7 @@ def _max_positions(model: PreTrainedModel) -> int | None:
         return None
     for key in ("max_target_positions", "max_position_embeddings", "n_positions"):
         if isinstance(value := getattr(config, key, None), int):
-            return value
+            return value if value > 0 else None  # XLNet's -1: relative positions, no table to run past
     return None
 
 
@@ -247,12 +246,14 @@ def _export_decoder_only(
 
     try:
         components = export_both(seen_as_int=False)
-    except ExportStageError as error:
-        if not isinstance(error.__cause__, GuardOnDataDependentSymNode):
-            raise
-        # GIT branches on the cached length (it widens its mask over cached image tokens once the cache holds any):
-        # a guard on data as a tensor, StaticCache's kind; as DynamicCache's int each program takes generate's branch.
-        components = export_both(seen_as_int=True)
+    except ExportStageError as on_a_tensor:
+        # A model that branches on the cached count or cuts by it (GIT widens its mask over cached image tokens once
+        # there are any, MPT cuts its alibi at it) fails to trace on a tensor count, StaticCache's kind; counted as
+        # DynamicCache counts, an int, each program takes generate's branch. Where both fail, the first error stands.
+        try:
+            components = export_both(seen_as_int=True)
+        except ExportStageError:
+            raise on_a_tensor from on_a_tensor.__cause__
     return components, _decoder_record(model, config, components, max_cache_len, input_ids.shape, layout.to_dict())
 
 
