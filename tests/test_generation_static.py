@@ -179,6 +179,16 @@ def test_the_slot_cache_declines_linear_attention_and_blames_itself_in_transform
         AutoHfExporter.from_config(config).export_for_generation(model, sample_inputs(model), config)
 
 
+def test_a_model_keeping_a_cache_of_its_own_is_declined_by_both_caches_with_the_reason() -> None:
+    # MiniMax keeps linear-attention states on its MiniMaxCache and refuses any other cache ("uses cache of its
+    # own"): both parts failed the cell with that ValueError, a cache the model does not take, not its failure.
+    model = tiny_model("MiniMaxForCausalLM", seed=0)
+    with pytest.raises(NotImplementedError, match=r"MiniMaxCache also keeps state .* get_linear_cache, set_linear"):
+        _static_export(model, cache="slots")
+    with pytest.raises(NotImplementedError, match=r"MiniMaxForCausalLM does not run on a StaticCache .*uses cache of"):
+        _static_export(model)
+
+
 def test_gate_cell_runs_the_static_cache_and_export_module_parts() -> None:
     job = {"model_type": "llama", "model_class": "LlamaForCausalLM", "module": None, "backend": "dynamo"}
     cell = run_cell({**job, "generation": True}, None)

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import torch
-from transformers import Cache
+from transformers import Cache, DynamicCache, StaticCache
 
 from ... import compat
 
@@ -93,7 +93,20 @@ def _state_methods(layer_class: type) -> list[str]:
     return sorted(name for name in set(dir(layer_class)) - plain if not name.startswith("_"))
 
 
+def _cache_state_methods(cache_class: type) -> list[str]:
+    """The methods a model's own Cache class has beyond transformers' caches: state kept on the cache itself
+    (MiniMaxCache's linear-attention states; its model refuses any other cache, "uses cache of its own")."""
+    plain = set(dir(DynamicCache)) | set(dir(StaticCache))
+    return sorted(name for name in set(dir(cache_class)) - plain if not name.startswith("_"))
+
+
 def layout_from_cache(cache: Cache, max_cache_len: int, dtype: torch.dtype) -> CacheLayout:
+    kept_on_the_cache = _cache_state_methods(type(cache))
+    if kept_on_the_cache:
+        raise NotImplementedError(
+            f"hfexport's slot cache holds attention keys and values only; {type(cache).__name__} also keeps state "
+            f"its model updates through {', '.join(kept_on_the_cache)}"
+        )
     key_shapes, value_shapes = [], []
     for index, layer in enumerate(cache.layers):
         if isinstance(layer, LINEAR_ATTENTION_LAYERS):

@@ -282,7 +282,15 @@ def _export_static_decoder(
     _decline_whole_sequence_steps(model, input_ids, cache)  # generate's slicing reads the step, not the cache
     with torch.no_grad():
         mask = mask_over_slots(cache, attention_mask, max_cache_len)
-        model(**{**prefill_inputs, "attention_mask": mask}, past_key_values=cache, use_cache=True)
+        try:
+            model(**{**prefill_inputs, "attention_mask": mask}, past_key_values=cache, use_cache=True)
+        except Exception as error:
+            if model._can_compile_fullgraph:
+                raise
+            # transformers marks the model as not running on compileable caches (MiniMax keeps a cache of its own
+            # and refuses any other): there is no StaticCache path to export.
+            detail = f"{type(error).__name__}: {error}".splitlines()[0]
+            raise NotImplementedError(f"{type(model).__name__} does not run on a StaticCache ({detail})") from error
     layout = static_layout(cache, max_cache_len)
     decode_inputs = {
         "input_ids": input_ids[:, -1:],
