@@ -471,3 +471,17 @@ def _gpt_neo_attention_at_rows(
         weights = weights + attention_mask
     weights = module.attn_dropout(weights.softmax(dim=-1).to(value.dtype))
     return torch.matmul(weights, value), weights
+
+
+@register_patch("dynamo", "transformers.models.trocr.modeling_trocr.TrOCRLearnedPositionalEmbedding.forward")
+def _patch_trocr_positions_offset_by_the_cached_count(original: Callable) -> Callable:
+    # trocr: positions are arange(past, past + seq_len); on a StaticCache the cached count is a tensor, so both bounds
+    # are data-dependent and the size a guard (Eq(u0 - u1, 1)); arange(seq_len) + past gives the same positions.
+    def forward(self: Any, input_ids: torch.Tensor, past_key_values_length: Any = 0, position_ids: Any = None):
+        if position_ids is not None or not isinstance(past_key_values_length, torch.Tensor):
+            return original(self, input_ids, past_key_values_length, position_ids)
+        batch_size, seq_len = input_ids.shape[:2]
+        positions = torch.arange(seq_len, dtype=torch.long, device=self.weight.device) + past_key_values_length
+        return torch.nn.Embedding.forward(self, positions.expand(batch_size, -1) + self.offset)
+
+    return forward
