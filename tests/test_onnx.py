@@ -294,6 +294,17 @@ def test_inplace_relu_of_a_value_with_a_view_is_left_to_the_table():
     assert max_abs_diff(exported(x=fed), module(x=fed)) < 1e-6
 
 
+def test_a_detached_constant_returned_as_an_output_keeps_its_name():
+    # Reformer's cache hands back a `torch.tensor(...)` (lift_fresh_copy, then detach_) as an output: erasing the
+    # detach_ left the program's signature naming a value that was gone ("KeyError: 'detach_'" in the translation).
+    module = _module(lambda self, x: (x * 2, torch.tensor([3, 4])))
+    exported = OnnxExporter().export(module, {"x": torch.randn(2, 5)}, OnnxConfig(dynamic=True))
+    assert "_fix_in_place_detach_dropped" in exported.components["model"]["workarounds"]["fixes"]
+    fed = torch.randn(3, 6)
+    doubled, constant = exported(x=fed)
+    assert max_abs_diff(doubled, fed * 2) == 0 and constant.tolist() == [3, 4]
+
+
 def test_type_promotion_runs_only_where_an_input_needs_a_cast(monkeypatch):
     from torch.onnx._internal.fx.passes.type_promotion import InsertTypePromotion
 

@@ -164,10 +164,10 @@ def _fix_bitwise_operator_as_its_op(graph_module: torch.fx.GraphModule, node: to
 def _fix_in_place_detach_dropped(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     # `torch.tensor(...)` in a forward traces to lift_fresh_copy then detach_, an in-place op that only drops autograd
     # history and that torch.onnx functionalizes by re-tracing the whole program; an export's values never have any.
+    # Retargeted, not erased: the node may be an output the program's signature names (Reformer's cached buckets).
     if node.target is not torch.ops.aten.detach_.default:
         return False
-    node.replace_all_uses_with(node.args[0])
-    graph_module.graph.erase_node(node)
+    node.target = torch.ops.aten.detach.default
     return True
 
 
