@@ -5,6 +5,7 @@ inherited. Abstract family bases such as ``LlamaPreTrainedModel`` define no ``fo
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import re
 from dataclasses import dataclass
@@ -55,9 +56,20 @@ class _ClassInfo:
     has_forward: bool
 
 
+# Parsed files by module and text: the selections of one process (a test session's many checks) parse each once.
+_PARSED: dict[tuple[str, str], tuple[dict[str, _ClassInfo], dict[str, str]]] = {}
+
+
 def _parse(path: Path, module_name: str) -> tuple[dict[str, _ClassInfo], dict[str, str]]:
     """Classes of a file (line, base names, own forward) and where each imported name comes from."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    text = path.read_text()
+    key = (module_name, hashlib.sha256(text.encode()).hexdigest())
+    if key not in _PARSED:
+        _PARSED[key] = _read_classes(ast.parse(text, filename=str(path)), module_name)
+    return _PARSED[key]
+
+
+def _read_classes(tree: ast.Module, module_name: str) -> tuple[dict[str, _ClassInfo], dict[str, str]]:
     classes: dict[str, _ClassInfo] = {}
     imports: dict[str, str] = {}
     for node in tree.body:
