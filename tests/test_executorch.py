@@ -204,6 +204,18 @@ def test_a_whole_crop_of_a_channels_last_tensor_runs(monkeypatch, dynamic):
         execute(program, traced)
 
 
+def test_a_crop_from_a_data_dependent_start_is_kept_without_a_guard():
+    # MPT cuts its alibi at the cached count, an unbacked size in a StaticCache's decode: `start in (None, 0)` guarded
+    # on it ("Could not guard on data-dependent expression Eq(u0, 0)", stage 5 of the static-cache part).
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from hfexport.exporters.workarounds.executorch.fixes import _keeps_whole_dim
+
+    start = ShapeEnv().create_unbacked_symint()
+    assert not _keeps_whole_dim(torch.zeros(4, 3), 0, start, None)
+    assert _keeps_whole_dim(torch.zeros(4, 3), 0, 0, None)
+
+
 class RescaledOnFirstCall(torch.nn.Module):
     """Divides its weight in place on its first forward, as RWKV's _rescale_layers does."""
 

@@ -203,9 +203,11 @@ def _fix_whole_view_as_its_tensor(graph_module: torch.fx.GraphModule, node: torc
 
 
 def _keeps_whole_dim(value: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> bool:
-    """Whether ``value[start:end:step]`` along ``dim`` is all of ``value``; bounds may be nodes of symbolic sizes."""
+    """Whether ``value[start:end:step]`` along ``dim`` is all of ``value``; bounds may be nodes of symbolic sizes, a
+    data-dependent one among them (MPT's alibi cut at the cached count: ``start in (None, 0)`` guarded on it)."""
     start, end = (bound.meta.get("val") if isinstance(bound, torch.fx.Node) else bound for bound in (start, end))
-    return step == 1 and start in (None, 0) and (end is None or statically_known_true(end >= value.shape[dim]))
+    from_the_start = start is None or statically_known_true(start == 0)
+    return step == 1 and from_the_start and (end is None or statically_known_true(end >= value.shape[dim]))
 
 
 @register_fx_node_fix("executorch")
