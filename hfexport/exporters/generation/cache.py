@@ -85,23 +85,17 @@ class CacheLayout:
         return cls(values["key_shapes"], values["value_shapes"], getattr(torch, values["dtype"]))
 
 
-def _state_methods(layer_class: type) -> list[str]:
-    """The methods a model's cache layer has beyond transformers' dynamic layers: state of its own that the model
-    updates through them (a sparse-attention indexer's keys, DeepSeek V4's compressor states), which a slot cache
-    would not carry (its trace failed with "has no attribute 'update_indexer'", "'store_compression_weights'")."""
-    plain = set(dir(DynamicLayer)) | set(dir(DynamicSlidingWindowLayer))
-    return sorted(name for name in set(dir(layer_class)) - plain if not name.startswith("_"))
-
-
-def _cache_state_methods(cache_class: type) -> list[str]:
-    """The methods a model's own Cache class has beyond transformers' caches: state kept on the cache itself
-    (MiniMaxCache's linear-attention states; its model refuses any other cache, "uses cache of its own")."""
-    plain = set(dir(DynamicCache)) | set(dir(StaticCache))
-    return sorted(name for name in set(dir(cache_class)) - plain if not name.startswith("_"))
+def _methods_beyond(holder: type, *plain: type) -> list[str]:
+    """The public methods ``holder`` has beyond the ``plain`` classes': state of its own that its model updates through
+    them, which a slot cache would not carry. Of a cache layer beyond the dynamic layers (a sparse-attention indexer's
+    keys, DeepSeek V4's compressor states: "has no attribute 'update_indexer'", "'store_compression_weights'"); of a
+    Cache beyond transformers' caches (MiniMaxCache's linear-attention states; its model refuses any other cache)."""
+    known = set().union(*(dir(cls) for cls in plain))
+    return sorted(name for name in set(dir(holder)) - known if not name.startswith("_"))
 
 
 def layout_from_cache(cache: Cache, max_cache_len: int, dtype: torch.dtype) -> CacheLayout:
-    kept_on_the_cache = _cache_state_methods(type(cache))
+    kept_on_the_cache = _methods_beyond(type(cache), DynamicCache, StaticCache)
     if kept_on_the_cache:
         raise NotImplementedError(
             f"hfexport's slot cache holds attention keys and values only; {type(cache).__name__} also keeps state "
@@ -114,7 +108,7 @@ def layout_from_cache(cache: Cache, max_cache_len: int, dtype: torch.dtype) -> C
                 f"hfexport's slot cache holds attention keys and values only; {type(layer).__name__} (layer {index}) "
                 "also keeps conv and recurrent states (the static-cache part generates with them)"
             )
-        kept_apart = _state_methods(type(layer))
+        kept_apart = _methods_beyond(type(layer), DynamicLayer, DynamicSlidingWindowLayer)
         if kept_apart:
             raise NotImplementedError(
                 f"hfexport's slot cache holds attention keys and values only; {type(layer).__name__} (layer {index}) "
