@@ -9,6 +9,8 @@ branches on data must fail in the static-cache part, at that line.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -223,6 +225,30 @@ def test_gate_cell_runs_the_static_cache_and_export_module_parts() -> None:
     assert validate_cell({**typed.as_dict(), "export_module": {"status": "maybe"}}) == [
         "cell.export_module.status: expected pass, fail, skipped, not_checked"
     ]
+
+
+# Run apart: a step reading freed memory ends its process with SIGSEGV. The freed allocations are written over
+# before the calls, as the gate's later parts do.
+STEP_AFTER_GARBAGE_COLLECTION = """
+import gc, sys, torch
+from hfexport.gate.checks.export_module import export_module_program, runtime_step
+from hfexport.tiny_models import tiny_model
+prompt = torch.arange(1, 8).unsqueeze(0)
+program = export_module_program(tiny_model("LlamaForCausalLM", seed=0), prompt)
+on_torch, on_executorch = runtime_step(program, prompt, "dynamo"), runtime_step(program, prompt, "executorch")
+gc.collect()
+scribbles = [bytes([255]) * 2**size for size in range(10, 24) for _ in range(4)]
+for position in range(3):
+    token, at = prompt[:, position : position + 1], torch.tensor([position])
+    print((on_torch(token, at) - on_executorch(token, at)).abs().max().item())
+"""
+
+
+def test_the_executorch_step_of_transformers_module_outlives_the_call_that_loaded_it() -> None:
+    result = subprocess.run([sys.executable, "-c", STEP_AFTER_GARBAGE_COLLECTION], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    differences = [float(line) for line in result.stdout.split()]
+    assert len(differences) == 3 and max(differences) < 1e-4, result.stdout
 
 
 def _checkout_with_branch(root: Path) -> tuple[Path, int]:

@@ -24,12 +24,12 @@ class ExecutorchRunner(ModelRunner):
     def run(self, component: str, inputs: dict[str, Any]) -> Any:
         flat = self.flatten_inputs(component, inputs)
         feed = [value.contiguous() if isinstance(value, torch.Tensor) else value for value in flat]
-        outputs = self._method(component).execute(feed)
+        outputs = self._program(component).load_method("forward").execute(feed)
         return self.rebuild_outputs(component, list(outputs))
 
     @functools.cache  # noqa: B019 - one runner per ExportedModel; each program is loaded once
-    def _method(self, component: str) -> Any:
+    def _program(self, component: str) -> Any:
+        # The Program is what is kept, not its Method: a Method points into the Program's .pte bytes, freed with it.
         # The verifier on (the default, said here on purpose): a .pte may come from someone else.
         data = program_bytes(self.exported.programs[component])
-        program = Runtime.get().load_program(data, verification=Verification.InternalConsistency)
-        return program.load_method("forward")
+        return Runtime.get().load_program(data, verification=Verification.InternalConsistency)

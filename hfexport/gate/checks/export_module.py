@@ -83,8 +83,9 @@ def runtime_step(program: Any, prompt: torch.Tensor, backend: str) -> Step:
     sample = {"input_ids": prompt[:, :1], "cache_position": torch.tensor([0])}
     lowered, _ = ExecutorchExporter().lower_program(program, sample, ExecutorchConfig(dynamic=False))
     loaded = Runtime.get().load_program(program_bytes(lowered), verification=Verification.InternalConsistency)
-    method = loaded.load_method("forward")
-    return lambda input_ids, cache_position: method.execute([input_ids, cache_position])[0]
+    # The step holds the Program, not only its Method: the Method points into the Program's .pte bytes, which are
+    # freed with it (a step outliving its Program read freed memory: Gemma 4 crashed with SIGSEGV at its first call).
+    return lambda input_ids, cache_position: loaded.load_method("forward").execute([input_ids, cache_position])[0]
 
 
 def greedy_tokens(step: Step, prompt: torch.Tensor, new_tokens: int, eos_token_ids: list[int]) -> torch.Tensor:
