@@ -27,7 +27,7 @@ from hfexport.exporters import (
     exporter_dynamo,  # noqa: F401  (registers the patch taken out below)
 )
 from hfexport.exporters.generation import export as generation_export
-from hfexport.exporters.generation.components import DecoderPrefill, DecoderStep
+from hfexport.exporters.generation.components import DecoderPrefill, DecoderStep, generate_passes_positions
 from hfexport.gate.blame import blame
 from hfexport.gate.cells import Cell
 from hfexport.gate.checks.cell import run_cell
@@ -119,6 +119,24 @@ def test_trocr_positions_on_a_static_cache_match_eager(monkeypatch: pytest.Monke
     exported = _static_export(model)
     new_tokens = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
     assert exported.generate(input_ids, **new_tokens).tolist() == eager_tokens(model, input_ids).tolist()
+
+
+@pytest.mark.parametrize("cache", ["slots", "static"])
+def test_a_model_whose_generate_drops_position_ids_counts_its_own(cache: str) -> None:
+    # Kosmos-2.5's prepare_inputs_for_generation drops position_ids: its own start at padding_idx + 1, and the
+    # mask's (0, 1, ...) shifted every sinusoid, 4 greedy tokens off on every backend.
+    model = tiny_model("Kosmos2_5ForConditionalGeneration", seed=0)
+    assert not generate_passes_positions(model)
+    input_ids = sample_inputs(model)["input_ids"]
+    exported = _static_export(model, cache=cache)
+    new_tokens = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
+    assert exported.generate(input_ids, **new_tokens).tolist() == eager_tokens(model, input_ids).tolist()
+
+
+def test_position_ids_reach_the_model_where_generate_passes_them() -> None:
+    # Llama's generate makes them from the mask; Bloom's forward takes none (its alibi reads the mask).
+    assert generate_passes_positions(tiny_model("LlamaForCausalLM", seed=0))
+    assert not generate_passes_positions(tiny_model("BloomForCausalLM", seed=0))
 
 
 @pytest.mark.parametrize(

@@ -21,13 +21,41 @@ def _cache_outputs(cache: Cache) -> dict[str, list[torch.Tensor]]:
     }
 
 
-def _decoder_outputs(model: PreTrainedModel, cache: Cache, **inputs: torch.Tensor) -> dict[str, Any]:
-    outputs = model(**inputs, past_key_values=cache, use_cache=True)
-    # Greedy decoding only reads the last position: the other logits never leave the graph.
-    return {"logits": outputs.logits[:, -1, :], **_cache_outputs(cache)}
+def generate_passes_positions(model: PreTrainedModel) -> bool:
+    """Whether eager ``generate`` hands ``model`` position ids: it makes them from the mask where ``forward`` takes
+    them, and a model's ``prepare_inputs_for_generation`` may drop them again (Kosmos-2.5 counts its own, offset by
+    ``padding_idx + 1``, which the mask's would shift)."""
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        return False
+    prepare = getattr(model, "prepare_inputs_for_generation", None)
+    if prepare is None:
+        return True
+    prompt = torch.ones(1, 2, dtype=torch.long)
+    positions = torch.arange(2).unsqueeze(0)
+    inputs = prepare(prompt, attention_mask=prompt, position_ids=positions, use_cache=True, is_first_iteration=True)
+    return "position_ids" in inputs
 
 
-class DecoderPrefill(torch.nn.Module):
+class GeneratingDecoder(torch.nn.Module):
+    """A decoder LM called as eager ``generate`` calls it: with the position ids only where generate passes them."""
+
+    def __init__(self, model: PreTrainedModel):
+        super().__init__()
+        self.model = model
+        self.passes_positions = generate_passes_positions(model)
+
+    def run(self, cache: Cache, position_ids: torch.Tensor, **inputs: torch.Tensor) -> Any:
+        if self.passes_positions:
+            inputs["position_ids"] = position_ids
+        return self.model(**inputs, past_key_values=cache, use_cache=True)
+
+    def outputs(self, cache: Cache, position_ids: torch.Tensor, **inputs: torch.Tensor) -> dict[str, Any]:
+        # Greedy decoding only reads the last position: the other logits never leave the graph.
+        logits = self.run(cache, position_ids, **inputs).logits[:, -1, :]
+        return {"logits": logits, **_cache_outputs(cache)}
+
+
+class DecoderPrefill(GeneratingDecoder):
     """The prompt on an empty cache: the last position's logits and the cache with the prompt in slots 0..S-1.
 
     ``seen_as_int``: the cache counts the tokens it holds as an int (0 here), as ``DynamicCache`` does, instead of a
@@ -35,8 +63,7 @@ class DecoderPrefill(torch.nn.Module):
     """
 
     def __init__(self, model: PreTrainedModel, layout: CacheLayout, seen_as_int: bool = False):
-        super().__init__()
-        self.model = model
+        super().__init__(model)
         self.layout = layout
         self.seen_as_int = seen_as_int
 
@@ -48,12 +75,10 @@ class DecoderPrefill(torch.nn.Module):
         # A mask over every slot, as the decode step's and generate's on a fixed-size cache: Bloom builds its alibi
         # bias from the mask, one entry per key.
         slots_mask = torch.nn.functional.pad(attention_mask, (0, keys[0].shape[2] - attention_mask.shape[1]))
-        return _decoder_outputs(
-            self.model, cache, input_ids=input_ids, attention_mask=slots_mask, position_ids=position_ids
-        )
+        return self.outputs(cache, position_ids, input_ids=input_ids, attention_mask=slots_mask)
 
 
-class DecoderStep(torch.nn.Module):
+class DecoderStep(GeneratingDecoder):
     """One new token per sequence, written to slot ``cache_position``; the mask covers every slot.
 
     ``seen_as_int``: the cache counts the tokens it holds as an int read from ``cache_position``, checked to lie
@@ -61,8 +86,7 @@ class DecoderStep(torch.nn.Module):
     """
 
     def __init__(self, model: PreTrainedModel, seen_as_int: bool = False):
-        super().__init__()
-        self.model = model
+        super().__init__(model)
         self.seen_as_int = seen_as_int
 
     def forward(
@@ -76,9 +100,7 @@ class DecoderStep(torch.nn.Module):
     ) -> dict[str, Any]:
         seen = _checked_int(cache_position[0], 1, past_keys[0].shape[2] - 1) if self.seen_as_int else None
         cache = slot_cache(past_keys, past_values, cache_position, seen)
-        return _decoder_outputs(
-            self.model, cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-        )
+        return self.outputs(cache, position_ids, input_ids=input_ids, attention_mask=attention_mask)
 
 
 def _checked_int(value: torch.Tensor, low: int, high: int) -> int:

@@ -24,6 +24,7 @@ import torch
 from transformers import StaticCache
 
 from .cache import LINEAR_ATTENTION_LAYERS
+from .components import GeneratingDecoder
 
 if TYPE_CHECKING:
     from transformers import Cache, PreTrainedModel
@@ -144,17 +145,18 @@ def sliding_windows(cache: Cache) -> list[int]:
     return [layer.max_cache_len for layer in cache.layers if getattr(layer, "is_sliding", False)]
 
 
-class _OnStaticCache(torch.nn.Module):
+class _OnStaticCache(GeneratingDecoder):
     """A model run on a fresh ``StaticCache``, returning the last position's logits and the cache's states."""
 
     def __init__(self, model: PreTrainedModel, layout: StaticLayout):
-        super().__init__()
-        self.model = model
+        super().__init__(model)
         self.layout = layout
 
-    def _logits_and_states(self, cache: Cache, attention_mask: torch.Tensor, **inputs: torch.Tensor) -> dict[str, Any]:
+    def _logits_and_states(
+        self, cache: Cache, attention_mask: torch.Tensor, position_ids: torch.Tensor, input_ids: torch.Tensor
+    ) -> dict[str, Any]:
         mask = mask_over_slots(cache, attention_mask, self.layout.max_cache_len)
-        outputs = self.model(**inputs, attention_mask=mask, past_key_values=cache, use_cache=True)
+        outputs = self.run(cache, position_ids, input_ids=input_ids, attention_mask=mask)
         return {"logits": outputs.logits[:, -1, :], "present_states": self.layout.read(cache)}
 
 
@@ -165,9 +167,7 @@ class StaticCachePrefill(_OnStaticCache):
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
     ) -> dict[str, Any]:
         cache = static_cache(self.model, self.layout.max_cache_len)
-        return self._logits_and_states(
-            cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-        )
+        return self._logits_and_states(cache, attention_mask, position_ids, input_ids)
 
 
 class StaticCacheStep(_OnStaticCache):
@@ -183,6 +183,4 @@ class StaticCacheStep(_OnStaticCache):
     ) -> dict[str, Any]:
         cache = static_cache(self.model, self.layout.max_cache_len)
         self.layout.load(cache, past_states, cache_position, attention_mask.shape[1] - input_ids.shape[1])
-        return self._logits_and_states(
-            cache, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-        )
+        return self._logits_and_states(cache, attention_mask, position_ids, input_ids)
