@@ -321,6 +321,25 @@ def test_sym_op_fixes(module, fix, error, options, monkeypatch):
         run_module(module, traced, fed, **options)
 
 
+class SquareScoresViewed(torch.nn.Module):
+    """GPT-NeoX-Japanese's attention: scores of every position against every one, viewed back with -1."""
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        heads = x.view(batch, length, 2, width // 2).transpose(1, 2)
+        flat = heads.reshape(batch * 2, length, width // 2)
+        scores = torch.bmm(flat, flat.transpose(1, 2)).view(batch, 2, length, -1)
+        return torch.matmul(scores.softmax(-1), heads)
+
+
+def test_a_size_inferred_as_a_power_is_the_tensors_own():
+    # The fast view took -1 as length**2 // length, which ExecuTorch cannot emit ("invalid target for call_function
+    # <built-in function pow>"); the dim walk takes the scores' own length.
+    module, fed = SquareScoresViewed(), torch.randn(3, 6, 4)
+    output, _ = run_module(module, torch.randn(2, 5, 4), fed)
+    torch.testing.assert_close(output, module(fed))
+
+
 def test_sdpa_patch_keeps_gpt2_lowerable(monkeypatch):
     # The math attention patch keeps SDPA out of the graph; without it the SDPA op needs the contiguous copy.
     without_workaround(monkeypatch, "_patch_sdpa_contiguous_output")

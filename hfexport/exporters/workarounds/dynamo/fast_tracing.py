@@ -11,6 +11,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 from torch.fx import GraphModule
 
@@ -55,7 +56,7 @@ def _patch_view_of_contiguous_as_strided(original: Callable) -> Callable:
     # on symbolic sizes (swin2sr's windows: 6 ms a view); of a tensor with contiguous strides it is those of the shape.
     def reshape_view_helper(a: torch.Tensor, *shape: Any, allow_copy: bool) -> torch.Tensor:
         sizes = infer_size(extract_shape_from_varargs(shape, validate=False), a.numel())
-        if not (sizes and a.ndim and _has_contiguous_strides(a)):
+        if not (sizes and a.ndim and _has_contiguous_strides(a)) or _inferred_as_a_power(sizes):
             return original(a, *shape, allow_copy=allow_copy)
         numel = functools.reduce(operator.mul, sizes, 1)
         torch._check(
@@ -65,6 +66,13 @@ def _patch_view_of_contiguous_as_strided(original: Callable) -> Callable:
         return torch.as_strided(a, sizes, make_contiguous_strides_for(sizes))
 
     return reshape_view_helper
+
+
+def _inferred_as_a_power(sizes: list[Any]) -> bool:
+    """Whether a size inferred for -1 reads as a power over a size (``s**2 // s``, sympy keeps it): the walk takes the
+    tensor's own ``s``, which later shapes must match, and ExecuTorch cannot emit the power (GPT-NeoX-Japanese's square
+    scores viewed as ``(b, h, q, -1)``: "invalid target for call_function <built-in function pow>")."""
+    return any(isinstance(size, torch.SymInt) and size.node.expr.has(sympy.Pow) for size in sizes)
 
 
 def _has_contiguous_strides(tensor: torch.Tensor) -> bool:
