@@ -107,16 +107,28 @@ def test_gpt_neo_local_window_on_a_fixed_size_cache_matches_eager(cache: str, mo
     assert greedy() == expected
 
 
-def test_trocr_positions_on_a_static_cache_match_eager(monkeypatch: pytest.MonkeyPatch) -> None:
-    # TrOCR's learned positions are arange(past, past + seq_len): on StaticCache's tensor count both bounds were
-    # data-dependent ("Could not guard on data-dependent expression Eq(u0 - u1, 1)").
-    model = tiny_model("TrOCRForCausalLM", seed=0)
+@pytest.mark.parametrize(
+    ("name", "backend", "error"),
+    [
+        # TrOCR's learned positions: the trace guards on the difference of the bounds.
+        ("TrOCRForCausalLM", "dynamo", r"Eq\(u0 - u1, 1\)"),
+        # RoFormer's sinusoidal ones trace, and ExecuTorch plans no memory for the difference.
+        ("RoFormerForCausalLM", "executorch", r"Cannot evaluate a finite upper bound for symbolic expression -u"),
+    ],
+    ids=["trocr", "roformer"],
+)
+def test_positions_after_the_cached_count_on_a_static_cache_match_eager(
+    name: str, backend: str, error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Positions arange(past, past + seq_len): on StaticCache's tensor count both bounds were data-dependent.
+    model = tiny_model(name, seed=0)
     input_ids = sample_inputs(model)["input_ids"]
+    patch = f"_patch_{name.removesuffix('ForCausalLM').lower()}_positions_offset_by_the_cached_count"
     with monkeypatch.context() as patched:
-        without_workaround(patched, "dynamo", "_patch_trocr_positions_offset_by_the_cached_count")
-        with pytest.raises(ExportStageError, match=r"Eq\(u0 - u1, 1\)"):
-            _static_export(model)
-    exported = _static_export(model)
+        without_workaround(patched, "dynamo", patch)
+        with pytest.raises(ExportStageError, match=error):
+            _static_export(model, backend)
+    exported = _static_export(model, backend)
     new_tokens = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
     assert exported.generate(input_ids, **new_tokens).tolist() == eager_tokens(model, input_ids).tolist()
 

@@ -481,7 +481,28 @@ def _patch_trocr_positions_offset_by_the_cached_count(original: Callable) -> Cal
         if position_ids is not None or not isinstance(past_key_values_length, torch.Tensor):
             return original(self, input_ids, past_key_values_length, position_ids)
         batch_size, seq_len = input_ids.shape[:2]
-        positions = torch.arange(seq_len, dtype=torch.long, device=self.weight.device) + past_key_values_length
+        positions = _positions_after(past_key_values_length, seq_len, self.weight.device)
         return torch.nn.Embedding.forward(self, positions.expand(batch_size, -1) + self.offset)
 
     return forward
+
+
+@register_patch(
+    "dynamo", "transformers.models.roformer.modeling_roformer.RoFormerSinusoidalPositionalEmbedding.forward"
+)
+def _patch_roformer_positions_offset_by_the_cached_count(original: Callable) -> Callable:
+    # roformer: trocr's arange(past, past + seq_len) on StaticCache's tensor count; the trace keeps both bounds, and
+    # ExecuTorch plans no memory for their difference ("Cannot evaluate a finite upper bound for ... -u12 + u13").
+    @torch.no_grad()
+    def forward(self: Any, input_ids_shape: torch.Size, past_key_values_length: Any = 0, position_ids: Any = None):
+        if position_ids is not None or not isinstance(past_key_values_length, torch.Tensor):
+            return original(self, input_ids_shape, past_key_values_length, position_ids)
+        positions = _positions_after(past_key_values_length, input_ids_shape[1], self.weight.device)
+        return torch.nn.Embedding.forward(self, positions)
+
+    return forward
+
+
+def _positions_after(cached: torch.Tensor, length: int, device: torch.device) -> torch.Tensor:
+    """``arange(cached, cached + length)`` with one data-dependent bound, not two."""
+    return torch.arange(length, dtype=torch.long, device=device) + cached
