@@ -113,7 +113,12 @@ def test_gpt_neo_local_window_on_a_fixed_size_cache_matches_eager(cache: str, mo
         # TrOCR's learned positions: the trace guards on the difference of the bounds.
         ("TrOCRForCausalLM", "dynamo", r"Eq\(u0 - u1, 1\)"),
         # RoFormer's sinusoidal ones trace, and ExecuTorch plans no memory for the difference.
-        ("RoFormerForCausalLM", "executorch", r"Cannot evaluate a finite upper bound for symbolic expression -u"),
+        pytest.param(
+            "RoFormerForCausalLM",
+            "executorch",
+            r"Cannot evaluate a finite upper bound for symbolic expression -u",
+            marks=pytest.mark.slow,  # two ExecuTorch exports, 45 s
+        ),
     ],
     ids=["trocr", "roformer"],
 )
@@ -133,7 +138,7 @@ def test_positions_after_the_cached_count_on_a_static_cache_match_eager(
     assert exported.generate(input_ids, **new_tokens).tolist() == eager_tokens(model, input_ids).tolist()
 
 
-@pytest.mark.parametrize("cache", ["slots", "static"])
+@pytest.mark.parametrize("cache", ["slots", pytest.param("static", marks=pytest.mark.slow)])
 def test_a_model_whose_generate_drops_position_ids_counts_its_own(cache: str) -> None:
     # Kosmos-2.5's prepare_inputs_for_generation drops position_ids: its own start at padding_idx + 1, and the
     # mask's (0, 1, ...) shifted every sinusoid, 4 greedy tokens off on every backend.
