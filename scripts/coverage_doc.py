@@ -237,7 +237,9 @@ def _sweep_section(
     for run in runs:
         if run.get("sweep"):
             argv = " ".join(run["sweep"]["argv"])
-            lines.append(f"- `{run['created_at']}` {ENGINE_TITLES[run['engine']]}: `coverage_sweep.py {argv}`")
+            commit = run["sweep"].get("commit")
+            at = f" at `{commit}`" if commit else ""  # runs before 2026-12-06 did not record it
+            lines.append(f"- `{run['created_at']}` {ENGINE_TITLES[run['engine']]}{at}: `coverage_sweep.py {argv}`")
     lines.append("")
     for backend, classes in unswept.items():
         if classes:

@@ -24,6 +24,7 @@ encoders, encoder-decoders, vision, audio); ``--models`` explicit types or class
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,7 +76,13 @@ def run_sweep(
         started = time.time()
         result = run_check(Target(selection, checkout=None), options, echo=echo)
         seconds = round(time.time() - started, 1)
-        result.extra["sweep"] = {"set": label, "seconds": seconds, "argv": sys.argv[1:], "generation": generation}
+        result.extra["sweep"] = {
+            "set": label,
+            "seconds": seconds,
+            "argv": sys.argv[1:],
+            "generation": generation,
+            "commit": hfexport_commit(),
+        }
         if label == "variants":  # what the set leaves out, and why: the document lists them
             result.extra["sweep"]["unmade"] = {
                 f"{model_class}{VARIANT_SEPARATOR}{v.name}": v.unmade for model_class, v in variants() if v.unmade
@@ -87,6 +94,20 @@ def run_sweep(
         seconds = result.extra["sweep"]["seconds"]
         echo(f"   {result.summary['passed']}/{result.summary['total']} passed in {seconds} s")
     return written
+
+
+def hfexport_commit() -> str | None:
+    """The commit of hfexport a sweep measured, ``+`` after it where hfexport's files differed from it; None outside
+    a git checkout. A cell is only as current as the code that ran it: the document names each run's."""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode:
+        return None
+    changed = git("status", "--porcelain", "--", "hfexport").stdout.strip()
+    return head.stdout.strip() + ("+" if changed else "")
 
 
 # ── Command line ──

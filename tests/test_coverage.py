@@ -10,6 +10,7 @@ test_executorch.py.)
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,8 @@ def _sweep_passes_on_every_backend(classes: list[str], results: Path) -> None:
     )
     cells = _cells(paths)
     assert len(cells) == len(classes) * len(sweep.BACKENDS)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    assert json.loads(paths[0].read_text())["sweep"]["commit"].rstrip("+") == head.stdout.strip()
     failures = [
         f"{c} · {b}: {report.cell_label(cell)}" for (_, c, b), cell in cells.items() if cell["status"] != "pass"
     ]
@@ -78,7 +81,8 @@ def test_render_reports_both_engines_and_the_builder_list(tmp_path: Path) -> Non
     results.mkdir()
     for stamp, engine, status in (("20260101T000000", "hfexport", "pass"), ("20260101T000001", "transformers", "fail")):
         data = report.new_report(engine, ["onnx"], {"mode": "models"}, {}, (1, 1), None)
-        data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": ["run", "--models", "llama"]}
+        argv = ["run", "--models", "llama"]
+        data.extra["sweep"] = {"set": "models", "seconds": 1.0, "argv": argv, "commit": "abc1234"}
         passed = Cell("llama", "LlamaForCausalLM", "onnx", status=status, timings={"export": 2.0})
         passed.max_abs_diff, passed.stage = (1e-6, None) if status == "pass" else (None, "onnx · x")
         broken = Cell("foo", "FooModel", "onnx", status="error", stage="build", error_type="ValueError", error="no")
@@ -88,6 +92,7 @@ def test_render_reports_both_engines_and_the_builder_list(tmp_path: Path) -> Non
     assert "| onnx | 1 | **1** | **0** | 0 | 1 | 0 |" in text
     assert "| llama | LlamaForCausalLM | pass | fail" in text
     assert "| foo | FooModel | `build: ValueError: no` |" in text
+    assert "hfexport at `abc1234`: `coverage_sweep.py run --models llama`" in text
     assert (tmp_path / "coverage.md").read_text() == text
 
 
