@@ -44,15 +44,11 @@ class GeneratingDecoder(torch.nn.Module):
         self.model = model
         self.passes_positions = generate_passes_positions(model)
 
-    def run(self, cache: Cache, position_ids: torch.Tensor, **inputs: torch.Tensor) -> Any:
+    def last_logits(self, cache: Cache, position_ids: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
         if self.passes_positions:
             inputs["position_ids"] = position_ids
-        return self.model(**inputs, past_key_values=cache, use_cache=True)
-
-    def outputs(self, cache: Cache, position_ids: torch.Tensor, **inputs: torch.Tensor) -> dict[str, Any]:
         # Greedy decoding only reads the last position: the other logits never leave the graph.
-        logits = self.run(cache, position_ids, **inputs).logits[:, -1, :]
-        return {"logits": logits, **_cache_outputs(cache)}
+        return self.model(**inputs, past_key_values=cache, use_cache=True).logits[:, -1, :]
 
 
 class DecoderPrefill(GeneratingDecoder):
@@ -75,7 +71,8 @@ class DecoderPrefill(GeneratingDecoder):
         # A mask over every slot, as the decode step's and generate's on a fixed-size cache: Bloom builds its alibi
         # bias from the mask, one entry per key.
         slots_mask = torch.nn.functional.pad(attention_mask, (0, keys[0].shape[2] - attention_mask.shape[1]))
-        return self.outputs(cache, position_ids, input_ids=input_ids, attention_mask=slots_mask)
+        logits = self.last_logits(cache, position_ids, input_ids=input_ids, attention_mask=slots_mask)
+        return {"logits": logits, **_cache_outputs(cache)}
 
 
 class DecoderStep(GeneratingDecoder):
@@ -100,7 +97,8 @@ class DecoderStep(GeneratingDecoder):
     ) -> dict[str, Any]:
         seen = _checked_int(cache_position[0], 1, past_keys[0].shape[2] - 1) if self.seen_as_int else None
         cache = slot_cache(past_keys, past_values, cache_position, seen)
-        return self.outputs(cache, position_ids, input_ids=input_ids, attention_mask=attention_mask)
+        logits = self.last_logits(cache, position_ids, input_ids=input_ids, attention_mask=attention_mask)
+        return {"logits": logits, **_cache_outputs(cache)}
 
 
 def _checked_int(value: torch.Tensor, low: int, high: int) -> int:

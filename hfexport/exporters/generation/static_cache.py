@@ -156,8 +156,8 @@ class _OnStaticCache(GeneratingDecoder):
         self, cache: Cache, attention_mask: torch.Tensor, position_ids: torch.Tensor, input_ids: torch.Tensor
     ) -> dict[str, Any]:
         mask = mask_over_slots(cache, attention_mask, self.layout.max_cache_len)
-        outputs = self.run(cache, position_ids, input_ids=input_ids, attention_mask=mask)
-        return {"logits": outputs.logits[:, -1, :], "present_states": self.layout.read(cache)}
+        logits = self.last_logits(cache, position_ids, input_ids=input_ids, attention_mask=mask)
+        return {"logits": logits, "present_states": self.layout.read(cache)}
 
 
 class StaticCachePrefill(_OnStaticCache):
